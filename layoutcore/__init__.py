@@ -1,0 +1,105 @@
+"""layoutcore: one vocabulary for where distributed data lives.
+
+A named device :class:`Mesh`, a per-tensor :class:`Layout`, and a :class:`LayoutMap` from
+variable paths to layouts, with the same data functions on NumPy (the reference driver),
+JAX, TensorFlow DTensor and PyTorch DTensor. Importing layoutcore imports no framework.
+"""
+
+from __future__ import annotations
+
+from . import geometry
+from ._api import (
+    call_with_layout,
+    copy_to_mesh,
+    distribute_tensor,
+    fetch_layout,
+    list_devices,
+    pack,
+    relayout,
+    to_numpy,
+    unpack,
+)
+from ._capabilities import Capability, required_capabilities
+from ._driver import CPU_DEVICES_ENV, ConfigurationError, Driver, VariableHandle, cpu_device_count
+from ._errors import (
+    AmbiguousLayoutError,
+    DriverNotFoundError,
+    DriverUnavailableError,
+    LayoutcoreError,
+    LayoutError,
+    LayoutMismatchError,
+    NotDistributedError,
+    UnsupportedLayoutError,
+)
+from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
+from ._layout_map import LayoutMap, current_layout_map, layout_map_scope
+from ._mesh import DeviceMesh, Mesh, create_mesh
+from ._numpy_driver import NumpyDriver, ShardedArray
+from ._registry import (
+    DRIVER_ENV,
+    ENTRY_POINT_GROUP,
+    DriverInfo,
+    active_driver_name,
+    available_drivers,
+    driver_infos,
+    get_driver,
+    register_driver,
+    set_driver,
+    use_driver,
+)
+from ._variable import DVariable, Variable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CPU_DEVICES_ENV",
+    "DRIVER_ENV",
+    "ENTRY_POINT_GROUP",
+    "UNSHARDED",
+    "AmbiguousLayoutError",
+    "AxisSpec",
+    "Capability",
+    "ConfigurationError",
+    "DVariable",
+    "DeviceMesh",
+    "Driver",
+    "DriverInfo",
+    "DriverNotFoundError",
+    "DriverUnavailableError",
+    "Layout",
+    "LayoutError",
+    "LayoutMap",
+    "LayoutMismatchError",
+    "LayoutcoreError",
+    "Mesh",
+    "NotDistributedError",
+    "NumpyDriver",
+    "ShardedArray",
+    "TensorLayout",
+    "UnsupportedLayoutError",
+    "Variable",
+    "VariableHandle",
+    "__version__",
+    "active_driver_name",
+    "available_drivers",
+    "call_with_layout",
+    "copy_to_mesh",
+    "cpu_device_count",
+    "create_mesh",
+    "current_layout_map",
+    "distribute_tensor",
+    "driver_infos",
+    "fetch_layout",
+    "geometry",
+    "get_driver",
+    "layout_map_scope",
+    "list_devices",
+    "pack",
+    "register_driver",
+    "relayout",
+    "required_capabilities",
+    "set_driver",
+    "to_numpy",
+    "unpack",
+    "use_driver",
+]

@@ -1,0 +1,92 @@
+"""Module-level data functions: each dispatches to ``driver=`` or the active driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._driver import Driver
+from ._layout import Layout
+from ._registry import get_driver
+
+__all__ = [
+    "call_with_layout",
+    "copy_to_mesh",
+    "distribute_tensor",
+    "fetch_layout",
+    "list_devices",
+    "pack",
+    "relayout",
+    "to_numpy",
+    "unpack",
+]
+
+DriverArg = str | Driver | None
+
+
+def list_devices(device_type: str | None = None, *, driver: DriverArg = None) -> list[str]:
+    """Canonical names of the driver's devices (``["CPU:0", ...]``), optionally of one type."""
+    return get_driver(driver).list_devices(device_type)
+
+
+def distribute_tensor(value: Any, layout: Layout, *, driver: DriverArg = None) -> Any:
+    """Place a global value (NumPy array, framework tensor, nested list) by ``layout``.
+
+    Returns the driver's native distributed tensor (``jax.Array``, TF DTensor, torch DTensor,
+    or :class:`~layoutcore.ShardedArray` for NumPy). A distributed input is relaid out.
+
+    Raises:
+        LayoutError: ``layout`` has no mesh, or its rank differs from ``value``'s.
+        UnsupportedLayoutError: the driver cannot express ``layout`` for this shape.
+    """
+    return get_driver(driver).distribute_tensor(value, layout)
+
+
+def unpack(tensor: Any, *, driver: DriverArg = None) -> list[Any]:
+    """The per-device components of ``tensor``, in row-major mesh order (local ones only,
+    in a multi-process run)."""
+    return get_driver(driver).unpack(tensor)
+
+
+def pack(
+    components: Sequence[Any], layout: Layout, *, global_shape: Sequence[int] | None = None, driver: DriverArg = None
+) -> Any:
+    """The inverse of :func:`unpack`.
+
+    Raises:
+        LayoutError: a wrong component count, a component shape that does not fit ``layout``,
+            mixed dtypes, or replicas that hold different data (naming the devices).
+    """
+    return get_driver(driver).pack(components, layout, global_shape=global_shape)
+
+
+def relayout(tensor: Any, layout: Layout, *, driver: DriverArg = None) -> Any:
+    """The same global value with another layout."""
+    return get_driver(driver).relayout(tensor, layout)
+
+
+def fetch_layout(tensor: Any, *, driver: DriverArg = None) -> Layout:
+    """The :class:`Layout` of ``tensor``, equal to the one it was made with."""
+    return get_driver(driver).fetch_layout(tensor)
+
+
+def copy_to_mesh(value: Any, layout: Layout, *, driver: DriverArg = None) -> Any:
+    """Copy ``value`` to every device of a fully replicated ``layout`` (as DTensor's)."""
+    return get_driver(driver).copy_to_mesh(value, layout)
+
+
+def to_numpy(tensor: Any, *, driver: DriverArg = None) -> np.ndarray:
+    """The global value of ``tensor`` as a NumPy array, for any layout."""
+    return get_driver(driver).to_numpy(tensor)
+
+
+def call_with_layout(
+    fn: Callable[..., Any], layout: Layout, *args: Any, driver: DriverArg = None, **kwargs: Any
+) -> Any:
+    """Call tensor-creating ``fn(*args, **kwargs)`` and return its result laid out by ``layout``.
+
+    Where the framework can, the full value is never materialised on one device.
+    """
+    return get_driver(driver).call_with_layout(fn, layout, *args, **kwargs)

@@ -1,0 +1,61 @@
+"""Driver capabilities and which ones a (layout, shape) pair needs."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from ._layout import Layout
+
+__all__ = ["Capability", "required_capabilities"]
+
+
+class Capability(str, enum.Enum):
+    """What a driver can express beyond even, one-mesh-axis-per-tensor-axis layouts.
+
+    A driver declares the set it supports (``Driver.capabilities``); for anything else the
+    inherited checks raise :class:`UnsupportedLayoutError` before the framework is called,
+    and the conformance suite asserts exactly that.
+    """
+
+    #: A tensor axis over one mesh axis whose size does not divide evenly (chunk rule).
+    UNEVEN = "uneven"
+    #: A tensor axis split over several mesh axes, named in mesh order (``("x", "y")`` on mesh x, y).
+    MULTI_AXIS = "multi_axis"
+    #: A tensor axis split over several mesh axes in another order (``("y", "x")`` on mesh x, y).
+    MULTI_AXIS_ANY_ORDER = "multi_axis_any_order"
+    #: An uneven tensor axis split over several mesh axes (flat chunk over the product).
+    UNEVEN_MULTI_AXIS = "uneven_multi_axis"
+    #: ``relayout`` onto a layout whose mesh differs from the source's.
+    RELAYOUT_ACROSS_MESHES = "relayout_across_meshes"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> dict[Capability, str]:
+    """The capabilities needed to lay out a tensor of ``global_shape`` by ``layout``.
+
+    Returns a dict from each needed capability to a sentence naming the tensor axis that needs
+    it (for error messages). ``layout`` must have a mesh; ``global_shape`` its rank.
+    """
+    shape = layout.check_shape(global_shape)
+    mesh = layout._require_mesh("required_capabilities")
+    needed: dict[Capability, str] = {}
+    for dim, size in enumerate(shape):
+        names = layout.mesh_axes(dim)
+        shards = layout.num_shards(dim)
+        if len(names) > 1:
+            needed.setdefault(Capability.MULTI_AXIS, f"tensor axis {dim} is split over mesh axes {names}")
+            order = [mesh.axis_index(n) for n in names]
+            if order != sorted(order):
+                needed.setdefault(
+                    Capability.MULTI_AXIS_ANY_ORDER,
+                    f"tensor axis {dim} is split over mesh axes {names}, not in the mesh's order {mesh.axis_names}",
+                )
+        if size % shards:
+            what = f"tensor axis {dim} has size {size}, which {shards} shards do not divide evenly"
+            needed.setdefault(Capability.UNEVEN, what)
+            if len(names) > 1:
+                needed.setdefault(Capability.UNEVEN_MULTI_AXIS, what + f" (over mesh axes {names})")
+    return needed

@@ -1,0 +1,114 @@
+"""Exception hierarchy.
+
+Every error layoutcore raises derives from :class:`LayoutcoreError` and also from the
+builtin a user would naturally catch (``ValueError`` for bad values, ``NotImplementedError``
+for valid layouts a driver cannot express, ...). Each error keeps the offending value on
+``.value`` as well as naming it in the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AmbiguousLayoutError",
+    "DriverNotFoundError",
+    "DriverUnavailableError",
+    "LayoutError",
+    "LayoutMismatchError",
+    "LayoutcoreError",
+    "NotDistributedError",
+    "UnsupportedLayoutError",
+]
+
+_NO_VALUE: Any = object()
+
+
+class LayoutcoreError(Exception):
+    """Base class of every error raised by layoutcore.
+
+    Attributes:
+        value: the offending value, when there is one (else ``None``).
+    """
+
+    def __init__(self, message: str, *, value: Any = _NO_VALUE) -> None:
+        super().__init__(message)
+        self.value = None if value is _NO_VALUE else value
+
+
+class LayoutError(LayoutcoreError, ValueError):
+    """An invalid mesh, layout, layout map, or a value that does not fit its layout."""
+
+
+class AmbiguousLayoutError(LayoutError):
+    """A path matched more than one LayoutMap pattern.
+
+    Attributes:
+        path: the looked-up path.
+        patterns: every matching pattern, in insertion order.
+    """
+
+    def __init__(self, message: str, *, path: str, patterns: tuple[str, ...]) -> None:
+        super().__init__(message, value=path)
+        self.path = path
+        self.patterns = patterns
+
+
+class LayoutMismatchError(LayoutError):
+    """A value's layout differs from the one required (e.g. ``Variable.assign``).
+
+    Attributes:
+        expected: the required layout.
+        actual: the value's layout.
+    """
+
+    def __init__(self, message: str, *, expected: Any, actual: Any) -> None:
+        super().__init__(message, value=actual)
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsupportedLayoutError(LayoutcoreError, NotImplementedError):
+    """A valid layout (or operation) that a driver cannot express.
+
+    Attributes:
+        driver: the driver's name.
+        feature: the missing capability, e.g. ``"uneven"``.
+    """
+
+    def __init__(self, message: str, *, driver: str, feature: str, value: Any = _NO_VALUE) -> None:
+        super().__init__(message, value=value)
+        self.driver = driver
+        self.feature = feature
+
+
+class NotDistributedError(LayoutcoreError, TypeError):
+    """A function that needs a distributed tensor of the driver received something else."""
+
+
+class DriverNotFoundError(LayoutcoreError, LookupError):
+    """No driver of that name is installed.
+
+    Attributes:
+        name: the requested name.
+        installed: the names that are installed.
+    """
+
+    def __init__(self, message: str, *, name: str, installed: tuple[str, ...]) -> None:
+        super().__init__(message, value=name)
+        self.name = name
+        self.installed = installed
+
+
+class DriverUnavailableError(LayoutcoreError, ImportError):
+    """A known driver whose framework is not installed (or cannot start).
+
+    Attributes:
+        driver: the driver's name.
+        install: the command that installs what it needs.
+    """
+
+    def __init__(self, message: str, *, driver: str, install: str) -> None:
+        super().__init__(message, value=driver)
+        self.driver = driver
+        self.install = install

@@ -1,0 +1,248 @@
+"""Driver discovery (``layoutcore.drivers`` entry points) and selection.
+
+Selection, first that applies: an explicit ``driver=`` argument, :func:`use_driver` (per
+thread and task), :func:`set_driver`, the ``LAYOUTCORE_DRIVER`` environment variable, else
+``"numpy"``. Nothing is resolved at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib.metadata
+import importlib.util
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ._capabilities import Capability
+from ._driver import Driver
+from ._errors import DriverNotFoundError, DriverUnavailableError
+
+__all__ = [
+    "DRIVER_ENV",
+    "ENTRY_POINT_GROUP",
+    "DriverInfo",
+    "active_driver_name",
+    "available_drivers",
+    "driver_infos",
+    "get_driver",
+    "register_driver",
+    "set_driver",
+    "use_driver",
+]
+
+ENTRY_POINT_GROUP = "layoutcore.drivers"
+DRIVER_ENV = "LAYOUTCORE_DRIVER"
+DEFAULT_DRIVER = "numpy"
+
+#: First-party drivers: how to install each when its entry point or framework is missing.
+KNOWN_DRIVERS: dict[str, str] = {
+    "numpy": "pip install layoutcore",
+    "jax": "pip install 'layoutcore[jax]'",
+    "tensorflow": "pip install 'layoutcore[tensorflow]'",
+    "torch": "pip install 'layoutcore[torch]'",
+}
+
+DriverFactory = Callable[[], Driver]
+
+_lock = threading.RLock()
+_factories: dict[str, DriverFactory | importlib.metadata.EntryPoint] | None = None
+_instances: dict[str, Driver] = {}
+_global_choice: str | None = None
+_context_choice: contextvars.ContextVar[str | None] = contextvars.ContextVar("layoutcore_driver", default=None)
+
+
+def _discover() -> dict[str, DriverFactory | importlib.metadata.EntryPoint]:
+    global _factories
+    with _lock:
+        if _factories is None:
+            found: dict[str, DriverFactory | importlib.metadata.EntryPoint] = {}
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in found and isinstance(found[ep.name], importlib.metadata.EntryPoint):
+                    previous = found[ep.name]
+                    if previous.value != ep.value:  # the same dist seen twice on sys.path is no conflict
+                        warnings.warn(
+                            f"layoutcore driver {ep.name!r} is registered twice ({previous.value} and {ep.value}); "
+                            f"using {previous.value}.",
+                            RuntimeWarning,
+                            stacklevel=3,
+                        )
+                    continue
+                found[ep.name] = ep
+            _factories = found
+        return _factories
+
+
+def register_driver(name: str, factory: DriverFactory, *, replace: bool = False) -> None:
+    """Register a driver class (or zero-argument factory) under ``name`` without an entry point.
+
+    Raises:
+        ValueError: ``name`` is taken and ``replace`` is false.
+    """
+    factories = _discover()
+    with _lock:
+        if name in factories and not replace:
+            raise ValueError(f"A layoutcore driver named {name!r} is already registered; pass replace=True.")
+        factories[name] = factory
+        _instances.pop(name, None)
+
+
+def _installed_names() -> tuple[str, ...]:
+    return tuple(sorted(_discover()))
+
+
+def _load_class(name: str) -> DriverFactory:
+    factories = _discover()
+    if name not in factories:
+        installed = _installed_names()
+        if name in KNOWN_DRIVERS:
+            raise DriverUnavailableError(
+                f"The {name!r} driver is not installed. Install it with: {KNOWN_DRIVERS[name]}",
+                driver=name,
+                install=KNOWN_DRIVERS[name],
+            )
+        raise DriverNotFoundError(
+            f"No layoutcore driver named {name!r}. Installed drivers: {list(installed)}. Third-party drivers "
+            f"register under the {ENTRY_POINT_GROUP!r} entry-point group.",
+            name=name,
+            installed=installed,
+        )
+    entry = factories[name]
+    if isinstance(entry, importlib.metadata.EntryPoint):
+        try:
+            loaded = entry.load()
+        except ImportError as exc:
+            hint = KNOWN_DRIVERS.get(name, f"reinstall the package that provides {entry.value}")
+            raise DriverUnavailableError(
+                f"The {name!r} driver ({entry.value}) failed to import: {exc}. Install it with: {hint}",
+                driver=name,
+                install=hint,
+            ) from exc
+        return loaded  # type: ignore[no-any-return]
+    return entry
+
+
+def _missing_requirements(factory: DriverFactory) -> list[str]:
+    required = getattr(factory, "requires", ())
+    return [module for module in required if importlib.util.find_spec(module) is None]
+
+
+def _install_hint(name: str, factory: DriverFactory) -> str:
+    return getattr(factory, "install_hint", "") or KNOWN_DRIVERS.get(name, "")
+
+
+def active_driver_name() -> str:
+    """The name the selection rules give now (without loading the driver)."""
+    return _context_choice.get() or _global_choice or os.environ.get(DRIVER_ENV, "").strip() or DEFAULT_DRIVER
+
+
+def get_driver(name: str | Driver | None = None) -> Driver:
+    """The driver named ``name``, or the active one; each driver is created once per process.
+
+    Raises:
+        DriverNotFoundError: no driver of that name is installed (lists the installed ones).
+        DriverUnavailableError: a known driver whose framework is missing (with the install command).
+    """
+    if isinstance(name, Driver):
+        return name
+    name = name or active_driver_name()
+    try:
+        return _instances[name]
+    except KeyError:
+        pass
+    factory = _load_class(name)
+    missing = _missing_requirements(factory)
+    if missing:
+        hint = _install_hint(name, factory)
+        raise DriverUnavailableError(
+            f"The {name!r} driver needs {missing}, which is not installed. Install it with: {hint}",
+            driver=name,
+            install=hint,
+        )
+    with _lock:
+        if name not in _instances:
+            driver = factory()
+            if not isinstance(driver, Driver):
+                raise DriverUnavailableError(
+                    f"The {name!r} entry point gave {driver!r}, not a layoutcore Driver.", driver=name, install=""
+                )
+            _instances[name] = driver
+        return _instances[name]
+
+
+def instantiated_drivers() -> dict[str, Driver]:
+    """Drivers already created in this process (no import is triggered)."""
+    return dict(_instances)
+
+
+def set_driver(name: str | None) -> None:
+    """Make ``name`` the process-wide driver (``None`` restores the environment/default choice).
+
+    Raises:
+        DriverNotFoundError, DriverUnavailableError: see :func:`get_driver`.
+    """
+    global _global_choice
+    if name is not None:
+        get_driver(name)
+    _global_choice = name
+
+
+@contextlib.contextmanager
+def use_driver(name: str) -> Iterator[Driver]:
+    """Use driver ``name`` inside this context (per thread and asyncio task).
+
+    Raises:
+        DriverNotFoundError, DriverUnavailableError: see :func:`get_driver`.
+    """
+    driver = get_driver(name)
+    token = _context_choice.set(name)
+    try:
+        yield driver
+    finally:
+        _context_choice.reset(token)
+
+
+def available_drivers() -> list[str]:
+    """Names of the registered drivers whose frameworks are installed."""
+    return [info.name for info in driver_infos() if info.installed]
+
+
+@dataclass(frozen=True, slots=True)
+class DriverInfo:
+    """What ``layoutcore drivers`` prints for one driver."""
+
+    name: str
+    installed: bool
+    capabilities: frozenset[Capability]
+    install_hint: str
+    problem: str = ""
+
+
+def driver_infos() -> list[DriverInfo]:
+    """Every registered or known driver, whether it is usable, and its declared capabilities.
+
+    A plug-in that fails to import is reported (and warned about), never fatal.
+    """
+    infos = []
+    for name in sorted(set(_installed_names()) | set(KNOWN_DRIVERS)):
+        try:
+            factory = _load_class(name)
+        except DriverUnavailableError as exc:
+            if name in _discover():  # a registered plug-in that fails to import: say so, don't die
+                warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+            infos.append(DriverInfo(name, False, frozenset(), exc.install, str(exc)))
+            continue
+        missing = _missing_requirements(factory)
+        infos.append(
+            DriverInfo(
+                name,
+                not missing,
+                frozenset(getattr(factory, "capabilities", frozenset())),
+                _install_hint(name, factory),
+                f"missing {missing}" if missing else "",
+            )
+        )
+    return infos

@@ -1,0 +1,150 @@
+"""``Variable``: a distributed value whose layout is fixed for life."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._driver import Driver
+from ._errors import LayoutError, LayoutMismatchError
+from ._layout import Layout
+from ._layout_map import current_layout_map
+from ._mesh import Mesh
+from ._registry import get_driver
+
+__all__ = ["DVariable", "Variable"]
+
+#: Mesh axis of the default mesh a Variable without any layout is replicated on (keras' DataParallel name).
+DEFAULT_AXIS = "batch"
+
+
+class Variable:
+    """A mutable distributed value with a fixed layout (TF DTensor's ``DVariable``).
+
+    Args:
+        initial_value: a global value, or a distributed tensor of the driver.
+        layout: the layout. With ``None``: a distributed initial value keeps its own;
+            else, inside :func:`layout_map_scope`, the map's entry for ``path`` (fully
+            replicated on the map's mesh where nothing matches); else fully replicated on a
+            1-D mesh over all the driver's devices.
+        path: the variable's name in the model, e.g. ``"dense/kernel"``.
+        driver: a driver name or instance (default: the active driver).
+
+    Raises:
+        LayoutError: the layout does not fit the value (rank), or a LayoutMap without a
+            mesh has no entry for ``path``.
+        UnsupportedLayoutError: the driver cannot express the layout.
+    """
+
+    __slots__ = ("_driver", "_handle", "_layout", "_shape", "path")
+
+    def __init__(
+        self, initial_value: Any, layout: Layout | None = None, *, path: str | None = None, driver: str | Driver | None = None
+    ) -> None:
+        drv = get_driver(driver)
+        if isinstance(initial_value, Variable):
+            initial_value = initial_value.value
+        if layout is None:
+            layout = _default_layout(drv, initial_value, path)
+        value = drv.distribute_tensor(initial_value, layout)
+        self._driver = drv
+        self._layout = layout
+        self._shape = drv.shape_of(value)
+        self._handle = drv.variable_create(value, layout)
+        self.path = path
+
+    @property
+    def layout(self) -> Layout:
+        """The layout, fixed at creation."""
+        return self._layout
+
+    @property
+    def value(self) -> Any:
+        """The current value, as the driver's native distributed tensor."""
+        return self._driver.variable_read(self._handle)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The global shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> Any:
+        """The value's dtype (the framework's dtype object)."""
+        return self.value.dtype
+
+    @property
+    def driver(self) -> Driver:
+        """The driver holding the value."""
+        return self._driver
+
+    def assign(self, value: Any) -> Variable:
+        """Replace the value; returns ``self``.
+
+        A distributed ``value`` must already have this variable's layout; a plain global
+        value is distributed with it.
+
+        Raises:
+            LayoutMismatchError: ``value`` is distributed with another layout.
+            LayoutError: ``value`` has another global shape.
+        """
+        if isinstance(value, Variable):
+            value = value.value
+        drv = self._driver
+        if drv.is_distributed(value):
+            actual = drv.fetch_layout(value)
+            if actual != self._layout:
+                raise LayoutMismatchError(
+                    f"Cannot assign a value laid out as {actual!r} to variable {self.path or ''!r} with layout "
+                    f"{self._layout!r}; relayout it first.",
+                    expected=self._layout,
+                    actual=actual,
+                )
+        else:
+            value = drv.prepare_input(value)
+        shape = drv.shape_of(value)
+        if shape != self._shape:
+            raise LayoutError(
+                f"Cannot assign a value of shape {shape} to variable {self.path or ''!r} of shape {self._shape}.",
+                value=shape,
+            )
+        if not drv.is_distributed(value):
+            value = drv.distribute_tensor(value, self._layout)
+        drv.variable_assign(self._handle, value)
+        return self
+
+    def numpy(self) -> Any:
+        """The global value as a NumPy array."""
+        return self._driver.to_numpy(self.value)
+
+    def __repr__(self) -> str:
+        path = f"path={self.path!r}, " if self.path is not None else ""
+        return f"Variable({path}shape={self._shape}, dtype={self.dtype}, layout={self._layout}, driver={self._driver.name!r})"
+
+
+def _default_layout(drv: Driver, initial_value: Any, path: str | None) -> Layout:
+    if drv.is_distributed(initial_value):
+        return drv.fetch_layout(initial_value)
+    rank = len(drv.shape_of(drv.prepare_input(initial_value)))
+    layout_map = current_layout_map()
+    if layout_map is not None and path is not None:
+        mapped = layout_map[path]
+        if mapped is not None:
+            if mapped.rank != rank:
+                raise LayoutError(
+                    f"LayoutMap gives variable {path!r} the rank-{mapped.rank} layout {mapped.axes}, but its value "
+                    f"has rank {rank}.",
+                    value=mapped,
+                )
+            return mapped
+        if layout_map.mesh is None:
+            raise LayoutError(
+                f"No LayoutMap entry matches {path!r} and the map has no mesh to replicate it on; "
+                "give the LayoutMap a mesh.",
+                value=path,
+            )
+        return Layout.replicated(layout_map.mesh, rank)
+    return Layout.replicated(Mesh((len(drv.list_devices()),), (DEFAULT_AXIS,)), rank)
+
+
+#: TF DTensor's name for :class:`Variable`.
+DVariable = Variable
