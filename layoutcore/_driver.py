@@ -88,6 +88,9 @@ class Driver(abc.ABC):
     requires: ClassVar[tuple[str, ...]] = ()
     #: The command that installs what :attr:`requires` names.
     install_hint: ClassVar[str] = ""
+    #: ``"module:Class"`` of the conformance suite's raw-data adapter for this driver
+    #: (a ``layoutcore_conformance.ConformanceAdapter`` subclass using only framework calls).
+    conformance_adapter: ClassVar[str] = ""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

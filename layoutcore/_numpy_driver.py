@@ -103,6 +103,7 @@ class NumpyDriver(Driver):
     name = "numpy"
     capabilities = frozenset(Capability)
     install_hint = "pip install layoutcore"
+    conformance_adapter = "layoutcore_conformance.adapters:NumpyAdapter"
 
     def __init__(self, num_devices: int | None = None) -> None:
         super().__init__()
