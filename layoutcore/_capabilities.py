@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 
 from ._layout import Layout
@@ -34,12 +35,16 @@ class Capability(str, enum.Enum):
 
 
 def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> dict[Capability, str]:
-    """The capabilities needed to lay out a tensor of ``global_shape`` by ``layout``.
+    """The capabilities needed to lay out a tensor of ``global_shape`` by ``layout`` (cached).
 
-    Returns a dict from each needed capability to a sentence naming the tensor axis that needs
+    Returns a (shared, do not mutate) dict from each needed capability to a sentence naming the tensor axis that needs
     it (for error messages). ``layout`` must have a mesh; ``global_shape`` its rank.
     """
-    shape = layout.check_shape(global_shape)
+    return _required(layout, layout.check_shape(global_shape))
+
+
+@functools.lru_cache(maxsize=8192)
+def _required(layout: Layout, shape: tuple[int, ...]) -> dict[Capability, str]:
     mesh = layout._require_mesh("required_capabilities")
     needed: dict[Capability, str] = {}
     for dim, size in enumerate(shape):
