@@ -11,7 +11,7 @@ from ._layout import Layout
 __all__ = ["Capability", "required_capabilities"]
 
 
-class Capability(str, enum.Enum):
+class Capability(enum.StrEnum):
     """What a driver can express beyond even, one-mesh-axis-per-tensor-axis layouts.
 
     A driver declares the set it supports (``Driver.capabilities``); for anything else the
@@ -29,9 +29,6 @@ class Capability(str, enum.Enum):
     UNEVEN_MULTI_AXIS = "uneven_multi_axis"
     #: ``relayout`` onto a layout whose mesh differs from the source's.
     RELAYOUT_ACROSS_MESHES = "relayout_across_meshes"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> dict[Capability, str]:

@@ -47,9 +47,9 @@ def canonical_device(device: Any) -> str:
         )
     # jax.Device: .platform + .id; torch.device: .type + .index; tf.DeviceSpec: .device_type + .device_index
     for type_attr, index_attr in (("platform", "id"), ("device_type", "device_index"), ("type", "index")):
-        dtype, index = getattr(device, type_attr, None), getattr(device, index_attr, None)
-        if isinstance(dtype, str) and isinstance(index, int):
-            return f"{dtype.upper()}:{index}"
+        kind, number = getattr(device, type_attr, None), getattr(device, index_attr, None)
+        if isinstance(kind, str) and isinstance(number, int):
+            return f"{kind.upper()}:{number}"
     raise LayoutError(f"Cannot read a device name from {device!r} (type {type(device).__name__}).", value=device)
 
 

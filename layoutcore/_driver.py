@@ -159,7 +159,12 @@ class Driver(abc.ABC):
     # Optional hooks (defaults shown)
     # ==========================================================================================
     def native_call_with_layout(
-        self, fn: Callable[..., Any], layout: Layout, devices: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Callable[..., Any],
+        layout: Layout,
+        devices: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         """Call ``fn`` so that its result is laid out by ``layout``.
 
@@ -337,7 +342,9 @@ class Driver(abc.ABC):
                 )
         dtypes = {str(getattr(c, "dtype", None)) for c in components}
         if len(dtypes) > 1:
-            raise LayoutError(f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components)
+            raise LayoutError(
+                f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
+            )
         shape = (
             _infer_global_shape(layout, positions, shapes)
             if global_shape is None

@@ -16,7 +16,7 @@ __all__ = ["UNSHARDED", "AxisSpec", "Layout", "TensorLayout"]
 UNSHARDED = "unsharded"
 
 #: One tensor axis: replicated (``None``), one mesh axis, or several (major to minor).
-AxisSpec: TypeAlias = None | str | tuple[str, ...]
+AxisSpec: TypeAlias = str | tuple[str, ...] | None
 
 
 def _canonical_entry(entry: Any, axes: Any) -> AxisSpec:
@@ -75,9 +75,7 @@ class Layout:
     axes: tuple[AxisSpec, ...]
     mesh: Mesh | None
 
-    def __init__(
-        self, axes: Iterable[Any], mesh: Mesh | None = None, *, device_mesh: Mesh | None = None
-    ) -> None:
+    def __init__(self, axes: Iterable[Any], mesh: Mesh | None = None, *, device_mesh: Mesh | None = None) -> None:
         if device_mesh is not None:
             if mesh is not None and mesh != device_mesh:
                 raise LayoutError("Pass the mesh once, as mesh= or device_mesh=, not both.", value=device_mesh)
@@ -132,7 +130,9 @@ class Layout:
         """
         _check_rank(rank, minimum=1)
         if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < rank:
-            raise LayoutError(f"batch_sharded axis must be in 0..{rank - 1} for rank {rank}. Received: axis={axis!r}", value=axis)
+            raise LayoutError(
+                f"batch_sharded axis must be in 0..{rank - 1} for rank {rank}. Received: axis={axis!r}", value=axis
+            )
         axes: list[AxisSpec] = [None] * rank
         axes[axis] = batch_dim
         return cls(axes, mesh)
@@ -213,7 +213,9 @@ class Layout:
         shards = [self.num_shards(d) for d in range(self.rank)]
         offsets = tuple(offset_tuple)
         if len(offsets) != self.rank or any(not 0 <= o < n for o, n in zip(offsets, shards, strict=True)):
-            raise LayoutError(f"Offset tuple {offsets} does not fit the block grid {shards} of {self!r}", value=offset_tuple)
+            raise LayoutError(
+                f"Offset tuple {offsets} does not fit the block grid {shards} of {self!r}", value=offset_tuple
+            )
         index = 0
         for offset, n in zip(offsets, shards, strict=True):
             index = index * n + offset
@@ -229,8 +231,7 @@ class Layout:
         shape = tuple(global_shape)
         if len(shape) != self.rank:
             raise LayoutError(
-                f"Layout of rank {self.rank} {self.axes} cannot lay out a tensor of rank {len(shape)} "
-                f"(shape {shape}).",
+                f"Layout of rank {self.rank} {self.axes} cannot lay out a tensor of rank {len(shape)} (shape {shape}).",
                 value=shape,
             )
         if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):

@@ -66,7 +66,8 @@ class LayoutMap(MutableMapping[str, Layout]):
             raise LayoutError(f"match must be one of {list(_MATCH_MODES)}. Received: match={match!r}", value=match)
         if on_multiple not in _ON_MULTIPLE:
             raise LayoutError(
-                f"on_multiple must be one of {list(_ON_MULTIPLE)}. Received: on_multiple={on_multiple!r}", value=on_multiple
+                f"on_multiple must be one of {list(_ON_MULTIPLE)}. Received: on_multiple={on_multiple!r}",
+                value=on_multiple,
             )
         self._mesh = mesh
         self._match = match
@@ -106,7 +107,9 @@ class LayoutMap(MutableMapping[str, Layout]):
         try:
             compiled = re.compile(pattern)
         except re.error as exc:
-            raise LayoutError(f"LayoutMap key {pattern!r} is not a valid regular expression: {exc}", value=pattern) from None
+            raise LayoutError(
+                f"LayoutMap key {pattern!r} is not a valid regular expression: {exc}", value=pattern
+            ) from None
         if isinstance(value, Layout):
             layout = value
         elif isinstance(value, (tuple, list)):

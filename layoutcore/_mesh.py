@@ -93,9 +93,13 @@ class Mesh:
             _check_axis_name(axis)
         duplicated = sorted({a for a in names_t if names_t.count(a) > 1})
         if duplicated:
-            raise LayoutError(f"Mesh axis names must be unique; repeated: {duplicated}. Received: {names_t!r}", value=axis_names)
+            raise LayoutError(
+                f"Mesh axis names must be unique; repeated: {duplicated}. Received: {names_t!r}", value=axis_names
+            )
         if not isinstance(name, str) or _BAD_NAME_CHARS.search(name):
-            raise LayoutError(f"A mesh name must be a string without ',', '|', '=' or whitespace. Received: {name!r}", value=name)
+            raise LayoutError(
+                f"A mesh name must be a string without ',', '|', '=' or whitespace. Received: {name!r}", value=name
+            )
         devices_t: tuple[str, ...] | None = None
         if devices is not None:
             flat = list(devices.flat) if hasattr(devices, "flat") else list(devices)
@@ -198,11 +202,11 @@ class Mesh:
         shape: list[int] = []
         names: list[str] = []
         for dim in dims_text.split(",") if dims_text else []:
-            axis, eq, size = dim.partition("=")
-            if not eq or not size.strip().isdigit():
+            axis, eq, size_text = dim.partition("=")
+            if not eq or not size_text.strip().isdigit():
                 raise LayoutError(f"Bad mesh dimension {dim!r} (expected 'name=size') in {text!r}", value=text)
             names.append(axis)
-            shape.append(int(size))
+            shape.append(int(size_text))
         if len(parts) == 3 and parts[2].startswith("*"):
             return cls(shape, names, name=name)
         if len(parts) < 5:
@@ -218,7 +222,9 @@ class Mesh:
         local_devices = [d for d in parts[4].split(",") if d]
         size = math.prod(shape) if shape else 0
         if sorted(global_ids) != list(range(size)):
-            raise LayoutError(f"Global device ids must be 0..{size - 1}. Received: {global_ids} in {text!r}", value=text)
+            raise LayoutError(
+                f"Global device ids must be 0..{size - 1}. Received: {global_ids} in {text!r}", value=text
+            )
         if len(local_ids) != len(local_devices):
             raise LayoutError(
                 f"{len(local_ids)} local device ids but {len(local_devices)} local devices in {text!r}", value=text
@@ -246,7 +252,9 @@ class Mesh:
         return f"Mesh({label}{dims})"
 
 
-def _restore_mesh(shape: tuple[int, ...], axis_names: tuple[str, ...], devices: tuple[str, ...] | None, name: str) -> Mesh:
+def _restore_mesh(
+    shape: tuple[int, ...], axis_names: tuple[str, ...], devices: tuple[str, ...] | None, name: str
+) -> Mesh:
     return Mesh(shape, axis_names, devices, name=name)
 
 

@@ -39,7 +39,12 @@ class ShardedArray:
     __slots__ = ("_components", "_devices", "_dtype", "_layout", "_shape")
 
     def __init__(
-        self, components: tuple[np.ndarray, ...], layout: Layout, shape: tuple[int, ...], dtype: np.dtype[Any], devices: tuple[str, ...]
+        self,
+        components: tuple[np.ndarray, ...],
+        layout: Layout,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        devices: tuple[str, ...],
     ) -> None:
         self._components = components
         self._layout = layout
@@ -47,11 +52,30 @@ class ShardedArray:
         self._dtype = dtype
         self._devices = devices
 
-    shape = property(lambda self: self._shape, doc="Global shape.")
-    dtype = property(lambda self: self._dtype, doc="NumPy dtype.")
-    layout = property(lambda self: self._layout, doc="The layout.")
-    components = property(lambda self: self._components, doc="Per-device components, row-major.")
-    devices = property(lambda self: self._devices, doc="Device of each component.")
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Global shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """NumPy dtype."""
+        return self._dtype
+
+    @property
+    def layout(self) -> Layout:
+        """The layout."""
+        return self._layout
+
+    @property
+    def components(self) -> tuple[np.ndarray, ...]:
+        """Per-device read-only components, row-major mesh order."""
+        return self._components
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Device of each component."""
+        return self._devices
 
     @property
     def ndim(self) -> int:
@@ -59,6 +83,8 @@ class ShardedArray:
         return len(self._shape)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:  # NumPy 2 protocol: assembling the global value always copies
+            raise ValueError("A ShardedArray cannot become one NumPy array without a copy; use copy=None or True.")
         out = _assemble(self)
         return out if dtype is None else out.astype(dtype, copy=False)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ._capabilities import Capability
-from ._driver import Driver
+from ._driver import ConfigurationError, Driver
 from ._errors import DriverNotFoundError, DriverUnavailableError
 
 __all__ = [
@@ -59,9 +59,9 @@ def _discover() -> dict[str, DriverFactory | importlib.metadata.EntryPoint]:
     global _factories
     with _lock:
         if _factories is None:
-            found: dict[str, DriverFactory | importlib.metadata.EntryPoint] = {}
+            found: dict[str, importlib.metadata.EntryPoint] = {}
             for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-                if ep.name in found and isinstance(found[ep.name], importlib.metadata.EntryPoint):
+                if ep.name in found:
                     previous = found[ep.name]
                     if previous.value != ep.value:  # the same dist seen twice on sys.path is no conflict
                         warnings.warn(
@@ -72,7 +72,7 @@ def _discover() -> dict[str, DriverFactory | importlib.metadata.EntryPoint]:
                         )
                     continue
                 found[ep.name] = ep
-            _factories = found
+            _factories = dict(found)
         return _factories
 
 
@@ -80,12 +80,14 @@ def register_driver(name: str, factory: DriverFactory, *, replace: bool = False)
     """Register a driver class (or zero-argument factory) under ``name`` without an entry point.
 
     Raises:
-        ValueError: ``name`` is taken and ``replace`` is false.
+        ConfigurationError: ``name`` is taken and ``replace`` is false (a ``ValueError``).
     """
     factories = _discover()
     with _lock:
         if name in factories and not replace:
-            raise ValueError(f"A layoutcore driver named {name!r} is already registered; pass replace=True.")
+            raise ConfigurationError(
+                f"A layoutcore driver named {name!r} is already registered; pass replace=True.", value=name
+            )
         factories[name] = factory
         _instances.pop(name, None)
 
@@ -114,7 +116,7 @@ def _load_class(name: str) -> DriverFactory:
     if isinstance(entry, importlib.metadata.EntryPoint):
         try:
             loaded = entry.load()
-        except ImportError as exc:
+        except Exception as exc:  # a broken plug-in (ImportError, SyntaxError, missing class ...)
             hint = KNOWN_DRIVERS.get(name, f"reinstall the package that provides {entry.value}")
             raise DriverUnavailableError(
                 f"The {name!r} driver ({entry.value}) failed to import: {exc}. Install it with: {hint}",

@@ -38,7 +38,12 @@ class Variable:
     __slots__ = ("_driver", "_handle", "_layout", "_shape", "path")
 
     def __init__(
-        self, initial_value: Any, layout: Layout | None = None, *, path: str | None = None, driver: str | Driver | None = None
+        self,
+        initial_value: Any,
+        layout: Layout | None = None,
+        *,
+        path: str | None = None,
+        driver: str | Driver | None = None,
     ) -> None:
         drv = get_driver(driver)
         if isinstance(initial_value, Variable):

@@ -103,9 +103,7 @@ def shard_bounds(
     )
 
 
-def device_slices(
-    global_shape: Sequence[int], mesh_shape: Sequence[int], dim_axes: DimAxes
-) -> list[tuple[slice, ...]]:
+def device_slices(global_shape: Sequence[int], mesh_shape: Sequence[int], dim_axes: DimAxes) -> list[tuple[slice, ...]]:
     """One tuple of ``slice`` per device, in row-major mesh order."""
     return [
         tuple(slice(a, b) for a, b in shard_bounds(global_shape, mesh_shape, dim_axes, p))
@@ -122,6 +120,4 @@ def local_shape(
 
 def is_evenly_divisible(global_shape: Sequence[int], mesh_shape: Sequence[int], dim_axes: DimAxes) -> bool:
     """Whether every dimension divides evenly into its blocks (no chunk-rule remainder)."""
-    return all(
-        size % num_blocks(mesh_shape, axes) == 0 for size, axes in zip(global_shape, dim_axes, strict=True)
-    )
+    return all(size % num_blocks(mesh_shape, axes) == 0 for size, axes in zip(global_shape, dim_axes, strict=True))
