@@ -54,20 +54,25 @@ def parse_mesh(text: str, devices: str | None = None) -> lc.Mesh:
     Raises:
         UsageError: a malformed pair, a non-integer size, or any invalid mesh (naming it).
     """
-    device_list = None if devices is None else [d.strip() for d in devices.split(",") if d.strip()]
     try:
         if "|" in text:
             mesh = lc.Mesh.from_string(text)
-            return mesh if device_list is None else mesh.with_devices(device_list)
-        pairs: list[tuple[str, int]] = []
-        for part in text.split(","):
-            name, eq, size = part.partition("=")
-            if not eq or not size.strip().isdigit():
-                raise UsageError(f"--mesh {text!r}: {part.strip()!r} is not 'name=size' (e.g. --mesh x=3,y=2)")
-            pairs.append((name.strip(), int(size)))
-        return lc.create_mesh(pairs, device_list)
+        else:
+            pairs: list[tuple[str, int]] = []
+            for part in text.split(","):
+                name, eq, size = part.partition("=")
+                if not eq or not size.strip().isdigit():
+                    raise UsageError(f"--mesh {text!r}: {part.strip()!r} is not 'name=size' (e.g. --mesh x=3,y=2)")
+                pairs.append((name.strip(), int(size)))
+            mesh = lc.create_mesh(pairs)
     except lc.LayoutcoreError as exc:
         raise UsageError(f"--mesh {text!r}: {exc}") from None
+    if devices is None:
+        return mesh
+    try:
+        return mesh.with_devices([d.strip() for d in devices.split(",")])
+    except lc.LayoutcoreError as exc:
+        raise UsageError(f"--devices {devices!r}: {exc}") from None
 
 
 def parse_layout(text: str) -> list[lc.AxisSpec]:
@@ -369,9 +374,7 @@ class _Tour:
         self.section("3. A replicated tensor on the 1-D mesh, and pack")
         layout = lc.Layout([lc.UNSHARDED], mesh_1d)
         self.code(
-            "layout = lc.Layout([lc.UNSHARDED], mesh_1d)\n"
-            "t = lc.copy_to_mesh(np.array([0, 1]), layout)\n"
-            "lc.unpack(t)"
+            "layout = lc.Layout([lc.UNSHARDED], mesh_1d)\nt = lc.copy_to_mesh(np.array([0, 1]), layout)\nlc.unpack(t)"
         )
         value = np.array([0, 1])
         t = lc.copy_to_mesh(value, layout)
@@ -439,7 +442,10 @@ class _Tour:
         moved = lc.relayout(sharded, target)
         self.components_table(value, {"[unsharded, 'y']": moved})
         back = lc.relayout(moved, lc.fetch_layout(sharded))
-        self.check("relayout there and back gives the original layout and value", self._same(back, lc.fetch_layout(sharded), value))
+        self.check(
+            "relayout there and back gives the original layout and value",
+            self._same(back, lc.fetch_layout(sharded), value),
+        )
 
     def call_with_layout(self, mesh_2d: lc.Mesh) -> None:
         self.section("7. call_with_layout")
@@ -468,7 +474,9 @@ class _Tour:
         self.check("assign of a same-layout value updates the value", bool(np.all(lc.to_numpy(v.value) == 1)))
         self.say(repr(v))
         other = lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_2d)
-        self.code(f"v.assign(lc.call_with_layout({self.ones_name}, lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_2d), (64, 32)))")
+        self.code(
+            f"v.assign(lc.call_with_layout({self.ones_name}, lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_2d), (64, 32)))"
+        )
         try:
             v.assign(lc.call_with_layout(self.ones, other, (64, 32)))
         except lc.LayoutMismatchError as exc:
@@ -526,9 +534,9 @@ class _Tour:
         ok = True
         for path, want in documented.items():
             got = [m[path] for m in (bound, unbound)]
-            axes = [None if g is None else g.axes for g in got]
-            ok &= axes == [want, want] and (got[0] is None or got[0].mesh == mesh)
-            table.add_row(path, *(str(a) for a in axes))
+            found = [None if g is None else g.axes for g in got]
+            ok &= found == [want, want] and (got[0] is None or got[0].mesh == mesh)
+            table.add_row(path, *(str(a) for a in found))
         self.console.print(table)
         self.check("both LayoutMap variants give the keras docs' layouts (bound to the mesh when it has one)", ok)
         self.say("Inside layout_map_scope, a Variable created with a path takes its layout from the map:")
@@ -625,7 +633,9 @@ def _build_parser() -> argparse.ArgumentParser:
         _cmd_show,
         epilog=_SHOW_EPILOG,
     )
-    show.add_argument("--mesh", metavar="AXES", help="mesh axes as name=size, major first, e.g. x=3,y=2 (or a TF mesh string)")
+    show.add_argument(
+        "--mesh", metavar="AXES", help="mesh axes as name=size, major first, e.g. x=3,y=2 (or a TF mesh string)"
+    )
     show.add_argument("--layout", metavar="ENTRIES", required=True, help="one entry per tensor axis, e.g. x,unsharded")
     show.add_argument("--shape", metavar="DIMS", required=True, help="global shape, e.g. 6,4")
     show.add_argument(
@@ -633,7 +643,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("--per-device", action="store_true", help="also list each device's coordinate, block and slice")
 
-    command("drivers", "List the drivers: installed or not (with the install command), and declared capabilities.", _cmd_drivers)
+    command(
+        "drivers",
+        "List the drivers: installed or not (with the install command), and declared capabilities.",
+        _cmd_drivers,
+    )
 
     conformance = command(
         "conformance",

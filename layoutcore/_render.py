@@ -185,10 +185,11 @@ def _grid(
     table = Table(show_header=False, show_lines=True, box=box.SQUARE, padding=0, title=title, pad_edge=False)
     # Never ask for more than the console has: rich crops a table whose minimum widths overflow.
     widest = max(_MIN_WIDTH, min(_MAX_WIDTH, (width - 1) // cols_n - 1))
+    tallest = _MAX_HEIGHT if rows_n <= 4 else _MIN_HEIGHT  # long columns of blocks stay on one screen
     for c in range(cols_n):
         table.add_column(min_width=_extent(col_len[c], max(col_len), widest, _MIN_WIDTH), justify="center")
     for r in range(rows_n):
-        height = _extent(row_len[r], max(row_len), _MAX_HEIGHT, _MIN_HEIGHT)
+        height = _extent(row_len[r], max(row_len), tallest, _MIN_HEIGHT)
         cells = []
         for c in range(cols_n):
             b = block(r, c)
@@ -234,7 +235,5 @@ def device_table(layout: Layout, global_shape: Sequence[int], devices: Sequence[
         coordinate = geometry.mesh_coordinate(mesh.shape, position)
         bounds = geometry.shard_bounds(shape, mesh.shape, layout.dim_axes, position)
         where = ", ".join(f"{a}={c}" for a, c in zip(mesh.axis_names, coordinate, strict=True))
-        table.add_row(
-            name, where, str(index), format_bounds(bounds), str(tuple(b - a for a, b in bounds))
-        )
+        table.add_row(name, where, str(index), format_bounds(bounds), str(tuple(b - a for a, b in bounds)))
     return table
