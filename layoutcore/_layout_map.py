@@ -18,6 +18,7 @@ MatchMode = Literal["search", "fullmatch", "match"]
 OnMultiple = Literal["error", "first"]
 _MATCH_MODES: tuple[str, ...] = ("search", "fullmatch", "match")
 _ON_MULTIPLE: tuple[str, ...] = ("error", "first")
+_CACHE_SIZE = 65536
 
 
 class LayoutMap(MutableMapping[str, Layout]):
@@ -125,16 +126,19 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._cache.clear()
 
     def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]
+        if not isinstance(path, str):
+            raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
         if path in self._layouts:
             return self._layouts[path]
         try:
             return self._cache[path]
         except KeyError:
             pass
-        if not isinstance(path, str):
-            raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
-        matches = [p for p, matcher in self._matchers.items() if matcher(path)]
-        if len(matches) > 1 and self._on_multiple == "error":
+        if self._on_multiple == "first":
+            matches = next(([p] for p, matcher in self._matchers.items() if matcher(path)), [])
+        else:
+            matches = [p for p, matcher in self._matchers.items() if matcher(path)]
+        if len(matches) > 1:
             raise AmbiguousLayoutError(
                 f"Path {path!r} matches multiple layout specification keys: {matches}. Make the patterns "
                 "exclusive, or build the LayoutMap with on_multiple='first'.",
@@ -142,6 +146,8 @@ class LayoutMap(MutableMapping[str, Layout]):
                 patterns=tuple(matches),
             )
         result = self._layouts[matches[0]] if matches else None
+        if len(self._cache) >= _CACHE_SIZE:  # a model has a bounded set of paths; a stream of new ones must not grow us
+            self._cache.clear()
         self._cache[path] = result
         return result
 
@@ -149,6 +155,22 @@ class LayoutMap(MutableMapping[str, Layout]):
         """``self[path]``, or ``default`` where no key or pattern matches."""
         result = self[path]
         return default if result is None else result
+
+    def pop(self, pattern: str, *default: Any) -> Any:  # type: ignore[override]
+        """Remove key ``pattern`` and return its layout (by key, never by pattern lookup)."""
+        if pattern in self._layouts:
+            layout = self._layouts[pattern]
+            del self[pattern]
+            return layout
+        if default:
+            return default[0]
+        raise KeyError(pattern)
+
+    def setdefault(self, pattern: str, default: Any = None) -> Any:  # type: ignore[override]
+        """``self[pattern]`` if ``pattern`` is a key, else insert ``default`` under it (by key)."""
+        if pattern not in self._layouts:
+            self[pattern] = default
+        return self._layouts[pattern]
 
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is a key of the map (an exact pattern; not a lookup)."""

@@ -189,6 +189,15 @@ class Mesh:
         """
         if not isinstance(text, str):
             raise LayoutError(f"Mesh.from_string expects a str. Received: {text!r}", value=text)
+        try:
+            return cls._parse(text)
+        except LayoutError as exc:
+            if repr(text) in str(exc):
+                raise
+            raise LayoutError(f"{exc} (in mesh string {text!r})", value=text) from exc
+
+    @classmethod
+    def _parse(cls, text: str) -> Mesh:
         parts = text.split("|")
         if parts and parts[-1] == "use_xla_spmd":
             parts = parts[:-1]  # a compilation hint of TF's, not placement

@@ -1,0 +1,115 @@
+"""Properties of layoutcore.geometry, the pure shard math every driver is checked against.
+
+The oracles here are NumPy's own index functions (``np.unravel_index``, ``np.ravel_multi_index``)
+and counting: they do not re-implement the module.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from layoutcore import geometry
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """(global_shape, mesh_shape, dim_axes): rank <= 3, <= 8 devices, zero sizes included; each
+    mesh axis shards at most one tensor dimension, in any order."""
+    mesh_shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3).filter(lambda s: math.prod(s) <= 8)))
+    rank = draw(st.integers(0, 3))
+    owner = [draw(st.integers(-1, rank - 1)) if rank else -1 for _ in mesh_shape]  # -1: unused mesh axis
+    dim_axes = []
+    for dim in range(rank):
+        axes = [a for a, o in enumerate(owner) if o == dim]
+        dim_axes.append(tuple(draw(st.permutations(axes))) if axes else ())
+    global_shape = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    return global_shape, mesh_shape, tuple(dim_axes)
+
+
+@given(cases())
+def test_each_replica_group_tiles_the_index_space_exactly_once(case: tuple) -> None:
+    global_shape, mesh_shape, dim_axes = case
+    used = {a for axes in dim_axes for a in axes}
+    slices = geometry.device_slices(global_shape, mesh_shape, dim_axes)
+    assert len(slices) == math.prod(mesh_shape)
+    groups: dict[tuple[int, ...], np.ndarray] = {}
+    for position, sl in enumerate(slices):
+        coordinate = np.unravel_index(position, mesh_shape)
+        replica = tuple(int(c) for a, c in enumerate(coordinate) if a not in used)
+        counts = groups.setdefault(replica, np.zeros(global_shape, dtype=int))
+        counts[sl] += 1
+    assert len(groups) == math.prod(s for a, s in enumerate(mesh_shape) if a not in used)
+    for counts in groups.values():
+        assert (counts == 1).all()
+
+
+@given(cases())
+def test_block_of_a_device_is_the_row_major_index_of_its_coordinates(case: tuple) -> None:
+    _, mesh_shape, dim_axes = case
+    blocks = geometry.device_blocks(mesh_shape, dim_axes)
+    for position, block in enumerate(blocks):
+        coordinate = np.unravel_index(position, mesh_shape)
+        assert geometry.mesh_coordinate(mesh_shape, position) == tuple(int(c) for c in coordinate)
+        for axes, b in zip(dim_axes, block, strict=True):
+            sizes = [mesh_shape[a] for a in axes]
+            expected = int(np.ravel_multi_index([coordinate[a] for a in axes], sizes)) if axes else 0
+            assert b == expected
+
+
+@given(cases())
+def test_replicas_hold_the_same_slices_and_distinct_blocks_are_disjoint(case: tuple) -> None:
+    global_shape, mesh_shape, dim_axes = case
+    blocks = geometry.device_blocks(mesh_shape, dim_axes)
+    slices = geometry.device_slices(global_shape, mesh_shape, dim_axes)
+    by_block: dict[tuple[int, ...], tuple[slice, ...]] = {}
+    for block, sl in zip(blocks, slices, strict=True):
+        assert by_block.setdefault(block, sl) == sl
+    n_blocks = math.prod(geometry.num_blocks(mesh_shape, axes) for axes in dim_axes)
+    assert len(by_block) == n_blocks
+
+
+@given(st.integers(0, 50), st.integers(1, 12))
+def test_chunk_sizes_are_ceil_then_remainder_then_empty(size: int, n: int) -> None:
+    sizes = geometry.chunk_sizes(size, n)
+    block = -(-size // n)
+    full, rest = divmod(size, block) if block else (0, 0)
+    assert sizes == (block,) * full + ((rest,) if rest else ()) + (0,) * (n - full - (1 if rest else 0))
+    assert sum(sizes) == size
+    bounds = [geometry.chunk_bounds(size, n, i) for i in range(n)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))  # contiguous, in order
+
+
+@given(cases())
+def test_local_shape_and_evenness_agree_with_the_slices(case: tuple) -> None:
+    global_shape, mesh_shape, dim_axes = case
+    slices = geometry.device_slices(global_shape, mesh_shape, dim_axes)
+    shapes = [geometry.local_shape(global_shape, mesh_shape, dim_axes, p) for p in range(len(slices))]
+    assert shapes == [np.zeros(global_shape)[sl].shape for sl in slices]
+    even = geometry.is_evenly_divisible(global_shape, mesh_shape, dim_axes)
+    assert even == all(
+        size % geometry.num_blocks(mesh_shape, axes) == 0 for size, axes in zip(global_shape, dim_axes, strict=True)
+    )
+    if even:
+        assert len(set(shapes)) <= 1
+
+
+@pytest.mark.parametrize(("size", "n", "index"), [(5, 3, 3), (5, 3, -1), (5, 0, 0)])
+def test_chunk_bounds_rejects_bad_index(size: int, n: int, index: int) -> None:
+    with pytest.raises(ValueError, match=str(index)):
+        geometry.chunk_bounds(size, n, index)
+
+
+def test_documented_examples() -> None:
+    assert geometry.chunk_sizes(5, 3) == (2, 2, 1)
+    assert geometry.chunk_sizes(4, 3) == (2, 2, 0)
+    assert geometry.chunk_sizes(2, 4) == (1, 1, 0, 0)
+    assert geometry.mesh_coordinate((3, 2), 3) == (1, 1)
+    assert geometry.num_blocks((3, 2), ()) == 1
+    assert geometry.device_blocks((3, 2), ((0,), ())) == [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0)]

@@ -1,0 +1,398 @@
+"""Layout: canonical axes, validation, TF DTensor strings and helper values (FACTS §5.2-5.4),
+and the shard geometry it exposes (FACTS §1-3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pytest
+from _support import DEVICES6, FULL
+
+import layoutcore
+from layoutcore import UNSHARDED, Layout, LayoutError, Mesh, TensorLayout, UnsupportedLayoutError
+
+U = UNSHARDED
+MESH_STRING = "|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|" + ",".join(FULL(i) for i in range(6))
+
+
+# -- TF strings, byte for byte (FACTS §5.2) --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("specs", "head"),
+    [
+        (["x", U], "sharding_specs:x,unsharded,"),
+        ([U, "y"], "sharding_specs:unsharded,y,"),
+        (["y", "x"], "sharding_specs:y,x,"),
+        (["x", "y"], "sharding_specs:x,y,"),
+        ([U, U], "sharding_specs:unsharded,unsharded,"),
+        ([], "sharding_specs:"),
+    ],
+)
+def test_to_string_matches_tf(mesh: Mesh, specs: list[str], head: str) -> None:
+    layout = Layout(specs, mesh)
+    assert layout.to_string() == f"{head} mesh:{MESH_STRING}"
+    back = Layout.from_string(layout.to_string())
+    assert back == layout and back.to_string() == layout.to_string()
+
+
+def test_rank0_string_has_no_comma(mesh: Mesh) -> None:
+    assert Layout([], mesh).to_string() == "sharding_specs: mesh:" + MESH_STRING
+
+
+def test_exact_1d_string() -> None:
+    mesh = Mesh((3,), ("x",), DEVICES6[:3])
+    assert Layout(["x", U], mesh).to_string() == (
+        f"sharding_specs:x,unsharded, mesh:|x=3|0,1,2|0,1,2|{FULL(0)},{FULL(1)},{FULL(2)}"
+    )
+
+
+def test_one_device_mesh_layout_string() -> None:
+    mesh = Mesh((1,), ("x",), ["CPU:0"])
+    assert Layout(["x"], mesh).to_string() == f"sharding_specs:x, mesh:|x=1|0|0|{FULL(0)}"
+
+
+def test_from_string_remote_and_generator_meshes_are_abstract() -> None:
+    remote = Layout.from_string("sharding_specs:x,unsharded, mesh:|x=3,y=2|0,1,2,3,4,5||")
+    assert remote == Layout(["x", None], Mesh((3, 2), ("x", "y")))
+    assert Layout.from_string("sharding_specs:x, mesh:|x=2|*CPU") == Layout(["x"], Mesh((2,), ("x",)))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("sharding_specs:x,unsharded,mesh:" + MESH_STRING, "no space before mesh:"),
+        ("sharding_specs:none,unsharded, mesh:" + MESH_STRING, "'none' is no mesh axis"),
+        ("sharding_specs:z,unsharded, mesh:" + MESH_STRING, "unknown axis"),
+        ("sharding_specs:, mesh:" + MESH_STRING, "rank 0 is 'sharding_specs: mesh:'"),
+        ("sharding_specs:x,x, mesh:" + MESH_STRING, "axis used twice"),
+        ("sharding_specs:match,unsharded, mesh:" + MESH_STRING, "TF's match placeholder"),
+        ("sharding_specs:x,unsharded mesh:" + MESH_STRING, "no trailing comma"),
+        ("maximal:true, mesh:" + FULL(0), "single-device layout"),
+        ("parted:x,unsharded, mesh:" + MESH_STRING, "parted layout"),
+        ("", "empty"),
+    ],
+)
+def test_from_string_rejects(text: str, why: str) -> None:
+    with pytest.raises(LayoutError):
+        Layout.from_string(text)
+
+
+def test_from_string_names_the_text() -> None:
+    with pytest.raises(LayoutError, match="parted:x"):
+        Layout.from_string("parted:x,unsharded, mesh:" + MESH_STRING)
+
+
+# -- helpers: TF's values on the 3x2 mesh (FACTS §5.3) ---------------------------------------------
+def test_helper_constructors_match_tf_strings(mesh: Mesh) -> None:
+    tail = " mesh:" + MESH_STRING
+    assert Layout.batch_sharded(mesh, "x", rank=3).to_string() == "sharding_specs:x,unsharded,unsharded," + tail
+    assert Layout.batch_sharded(mesh, "y", rank=3, axis=1).to_string() == "sharding_specs:unsharded,y,unsharded," + tail
+    assert Layout.inner_sharded(mesh, "y", rank=3).to_string() == "sharding_specs:unsharded,unsharded,y," + tail
+    assert Layout.replicated(mesh, rank=3).to_string() == "sharding_specs:unsharded,unsharded,unsharded," + tail
+    assert Layout.replicated(mesh, rank=0).to_string() == "sharding_specs:" + tail
+
+
+def test_delete_matches_tf(mesh: Mesh) -> None:
+    layout = Layout(["x", "y", U], mesh)
+    assert layout.delete([1]).to_string().startswith("sharding_specs:x,unsharded, mesh:")
+    assert layout.delete(0).to_string().startswith("sharding_specs:y,unsharded, mesh:")
+    assert layout.delete([0, 2]).to_string().startswith("sharding_specs:y, mesh:")
+    assert layout.delete([0, 2]).mesh == mesh
+
+
+@pytest.mark.parametrize("dims", [[5], [-1], 3, [True]])
+def test_delete_out_of_range_raises_where_tf_ignores(mesh: Mesh, dims: object) -> None:
+    with pytest.raises(LayoutError, match="delete"):
+        Layout(["x", "y", U], mesh).delete(dims)  # type: ignore[arg-type]
+
+
+# FACTS §5.3: num_shards, is_fully_replicated, offset_to_shard, offset_tuple_to_global_index.
+TF_HELPER_TABLE = [
+    (["x", U], [3, 1], False, [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0)], [0, 0, 1, 1, 2, 2]),
+    ([U, "y"], [1, 2], False, [(0, 0), (0, 1), (0, 0), (0, 1), (0, 0), (0, 1)], [0, 1, 0, 1, 0, 1]),
+    (["y", "x"], [2, 3], False, [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)], [0, 3, 1, 4, 2, 5]),
+    (["x", "y"], [3, 2], False, [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)], [0, 1, 2, 3, 4, 5]),
+    ([U, U], [1, 1], True, [(0, 0)] * 6, [0] * 6),
+]
+
+
+@pytest.mark.parametrize(("specs", "shards", "replicated", "offsets", "global_index"), TF_HELPER_TABLE)
+def test_helper_values_match_tf(
+    mesh: Mesh,
+    specs: list[str],
+    shards: list[int],
+    replicated: bool,
+    offsets: list[tuple[int, int]],
+    global_index: list[int],
+) -> None:
+    layout = Layout(specs, mesh)
+    assert [layout.num_shards(d) for d in range(2)] == shards
+    assert layout.is_fully_replicated() is replicated
+    assert layout.offset_to_shard() == offsets
+    assert [layout.offset_tuple_to_global_index(t) for t in offsets] == global_index
+
+
+def test_batch_sharded_equals_layout_and_replicated_equals_unsharded(mesh: Mesh) -> None:
+    assert Layout(["x", U], mesh) == Layout.batch_sharded(mesh, "x", 2)
+    assert Layout([U, U], mesh) == Layout.replicated(mesh, 2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: Layout.batch_sharded(m, "x", rank=2, axis=5),  # TF segfaults
+        lambda m: Layout.batch_sharded(m, "x", rank=2, axis=-1),  # TF segfaults
+        lambda m: Layout.batch_sharded(m, "x", rank=0),  # TF segfaults
+        lambda m: Layout.inner_sharded(m, "y", rank=0),  # TF segfaults
+        lambda m: Layout.batch_sharded(m, "z", rank=2),  # TF: RuntimeError
+        lambda m: Layout.replicated(m, rank=-1),
+        lambda m: Layout(["x", U], m).num_shards(5),  # TF: ValueError basic_string::_M_create
+        lambda m: Layout(["x", U], m).num_shards(-1),
+        lambda m: Layout(["x", U], m).offset_tuple_to_global_index((3, 0)),
+        lambda m: Layout(["x", U], m).offset_tuple_to_global_index((0,)),
+    ],
+)
+def test_helpers_raise_where_tf_crashes(mesh: Mesh, call: object) -> None:
+    with pytest.raises(LayoutError):
+        call(mesh)  # type: ignore[operator]
+
+
+def test_is_fully_replicated_edge_cases() -> None:
+    assert Layout([]).is_fully_replicated()
+    # As TF (FACTS §5.4): sharding over a size-1 mesh axis still counts as sharded.
+    assert not Layout(["a", U], Mesh((1, 6), ("a", "b"))).is_fully_replicated()
+
+
+# -- canonical form -------------------------------------------------------------------------------
+def test_canonical_axes(mesh: Mesh) -> None:
+    layout = Layout([UNSHARDED, ("x",), ["y"]], mesh)
+    assert layout.axes == (None, "x", "y")
+    assert Layout([("x", "y"), None], mesh).axes == (("x", "y"), None)
+    assert Layout([["y", "x"]], mesh).axes == (("y", "x"),)
+    assert Layout([("x", "y"), None], mesh) != Layout([("y", "x"), None], mesh)  # order is major -> minor
+    assert Layout([None, "x"]) == Layout((UNSHARDED, ("x",)))
+    assert Layout(np.array(["x", U], dtype=object), mesh).axes == ("x", None)
+
+
+def test_sharding_specs(mesh: Mesh) -> None:
+    assert Layout([None, "x"], mesh).sharding_specs == ["unsharded", "x"]
+    with pytest.raises(UnsupportedLayoutError) as info:
+        _ = Layout([("x", "y")], mesh).sharding_specs
+    assert info.value.feature == "multi_axis" and "('x', 'y')" in str(info.value)
+
+
+def test_rank_and_mesh_axes(mesh: Mesh) -> None:
+    layout = Layout([("y", "x"), None], mesh)
+    assert layout.rank == 2
+    assert layout.mesh_axes(0) == ("y", "x") and layout.mesh_axes(1) == ()
+    assert layout.num_shards(0) == 6 and layout.num_shards(1) == 1
+
+
+# -- validation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("axes", "named"),
+    [
+        (["z", None], "'z'"),
+        ([("x", "w")], "'w'"),
+        (["x", "x"], "'x'"),
+        ([("x", "y"), "y"], "'y'"),
+        ([("x", "x")], "'x'"),
+        ("x", "'x'"),
+        (3, "3"),
+        ([""], "''"),
+        ([1], "1"),
+        ([("x", None)], "None"),
+        ([("x", U)], "unsharded"),
+    ],
+)
+def test_invalid_layout_raises_layout_error_naming_the_value(mesh: Mesh, axes: object, named: str) -> None:
+    with pytest.raises(LayoutError) as info:
+        Layout(axes, mesh)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+    assert named in str(info.value)
+
+
+def test_unknown_axis_message_lists_valid_names(mesh: Mesh) -> None:
+    with pytest.raises(LayoutError, match=r"\['x', 'y'\]"):
+        Layout(["z"], mesh)
+
+
+def test_duplicate_axis_is_checked_without_a_mesh() -> None:
+    with pytest.raises(LayoutError, match="'x'"):
+        Layout(["x", "x"])
+
+
+def test_rank_mismatch_names_both_ranks(mesh: Mesh) -> None:
+    layout = Layout(["x", None], mesh)
+    for call in (layout.device_slices, layout.shard_shape, layout.local_shapes):
+        with pytest.raises(LayoutError, match=r"rank 2.*rank 3"):
+            call((6, 4, 2))
+
+
+def test_negative_shape_raises(mesh: Mesh) -> None:
+    with pytest.raises(LayoutError, match="-1"):
+        Layout(["x"], mesh).device_slices((-1,))
+
+
+def test_geometry_without_a_mesh_raises() -> None:
+    with pytest.raises(LayoutError, match="with_mesh"):
+        Layout(["x"]).device_slices((6,))
+
+
+def test_mesh_and_device_mesh_must_agree(mesh: Mesh) -> None:
+    assert TensorLayout(["x", None], device_mesh=mesh) == Layout(["x", None], mesh)
+    assert TensorLayout is Layout
+    with pytest.raises(LayoutError):
+        Layout(["x"], mesh, device_mesh=Mesh((6,), ("x",)))
+    with pytest.raises(LayoutError, match="not a mesh"):
+        Layout(["x"], "not a mesh")  # type: ignore[arg-type]
+
+
+# -- with_mesh, value semantics ------------------------------------------------------------------------
+def test_with_mesh_returns_new_layout(mesh: Mesh) -> None:
+    unbound = Layout(["x", None])
+    bound = unbound.with_mesh(mesh)
+    assert unbound.mesh is None and bound.mesh == mesh and bound.axes == unbound.axes
+    with pytest.raises(LayoutError, match="'x'"):
+        unbound.with_mesh(Mesh((2,), ("y",)))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        Layout(["x", None]),
+        Layout([("x", "y"), None], Mesh((3, 2), ("x", "y"))),
+        Layout(["y"], Mesh((3, 2), ("x", "y"), DEVICES6, name="m")),
+        Layout([]),
+    ],
+)
+def test_repr_evaluates_back_and_pickles(layout: Layout) -> None:
+    namespace = {name: getattr(layoutcore, name) for name in layoutcore.__all__}
+    assert eval(repr(layout), namespace) == layout
+    assert pickle.loads(pickle.dumps(layout)) == layout
+
+
+def test_eq_and_hash(mesh: Mesh) -> None:
+    a, b = Layout(["x", U], mesh), Layout(("x", None), Mesh((3, 2), ("x", "y"), [f"cpu:{i}" for i in range(6)]))
+    assert a == b and hash(a) == hash(b) and {a: 1}[b] == 1
+    assert Layout(("x", "y"), mesh) != Layout(("x", None), mesh)
+    assert a != Layout(("x", None), Mesh((3, 2), ("x", "y"), DEVICES6, name="other"))  # as TF
+    assert a != Layout(("x", None), Mesh((3, 2), ("x", "y"), DEVICES6[::-1]))  # as TF
+    assert a != Layout(("x", None))
+    assert a != "sharding_specs:x,unsharded,"  # TF raises TypeError here; we compare
+
+
+def test_is_immutable(mesh: Mesh) -> None:
+    layout = Layout(["x"], mesh)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layout.axes = ("y",)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layout.mesh = None  # type: ignore[misc]
+
+
+def test_str_is_short(mesh: Mesh) -> None:
+    assert str(Layout([("x", "y"), None], mesh)) == "Layout[(x,y), unsharded] on Mesh(x=3, y=2)"
+
+
+# -- geometry through Layout (FACTS §1-3) -------------------------------------------------------------
+def _ranges(slices: list[tuple[slice, ...]]) -> list[tuple[tuple[int, int], ...]]:
+    return [tuple((s.start, s.stop) for s in sl) for sl in slices]
+
+
+# FACTS F1.1: the slices JAX, TF and torch all gave for G = arange(36).reshape(6, 6) on x=3, y=2.
+F11 = {
+    ("x", None): [
+        ((0, 2), (0, 6)),
+        ((0, 2), (0, 6)),
+        ((2, 4), (0, 6)),
+        ((2, 4), (0, 6)),
+        ((4, 6), (0, 6)),
+        ((4, 6), (0, 6)),
+    ],
+    (None, "y"): [
+        ((0, 6), (0, 3)),
+        ((0, 6), (3, 6)),
+        ((0, 6), (0, 3)),
+        ((0, 6), (3, 6)),
+        ((0, 6), (0, 3)),
+        ((0, 6), (3, 6)),
+    ],
+    ("y", "x"): [
+        ((0, 3), (0, 2)),
+        ((3, 6), (0, 2)),
+        ((0, 3), (2, 4)),
+        ((3, 6), (2, 4)),
+        ((0, 3), (4, 6)),
+        ((3, 6), (4, 6)),
+    ],
+    ("x", "y"): [
+        ((0, 2), (0, 3)),
+        ((0, 2), (3, 6)),
+        ((2, 4), (0, 3)),
+        ((2, 4), (3, 6)),
+        ((4, 6), (0, 3)),
+        ((4, 6), (3, 6)),
+    ],
+}
+
+
+@pytest.mark.parametrize("axes", list(F11))
+def test_device_slices_match_all_three_frameworks(mesh: Mesh, axes: tuple[str | None, ...]) -> None:
+    assert _ranges(Layout(axes, mesh).device_slices((6, 6))) == F11[axes]
+
+
+@pytest.mark.parametrize(
+    ("size", "n", "sizes"),
+    [
+        (5, 3, [2, 2, 1]),
+        (4, 3, [2, 2, 0]),
+        (2, 4, [1, 1, 0, 0]),
+        (2, 3, [1, 1, 0]),
+        (5, 4, [2, 2, 1, 0]),
+        (7, 4, [2, 2, 2, 1]),
+        (0, 3, [0, 0, 0]),
+    ],
+)
+def test_chunk_rule_is_torch_chunk(size: int, n: int, sizes: list[int]) -> None:
+    # FACTS F2.3: torch's distribute_tensor (4 over 3 -> 2,2,0, NOT numpy.array_split's 2,1,1).
+    layout = Layout(["x"], Mesh((n,), ("x",)))
+    assert [s[0] for s in layout.local_shapes((size,))] == sizes
+    assert layout.shard_shape((size,)) == (max(sizes),)
+    assert layout.is_even((size,)) == (size % n == 0)
+    pieces = [np.arange(size)[sl] for sl in layout.device_slices((size,))]
+    assert np.concatenate(pieces).tolist() == list(range(size))
+
+
+def test_multi_axis_is_one_flat_chunk_over_the_product() -> None:
+    # 5 over a 2x2 product: flat chunk over 4 gives 2,2,1,0 (torch's nested [Shard(0), Shard(0)] would give 2,1,1,1).
+    layout = Layout([("x", "y")], Mesh((2, 2), ("x", "y")))
+    assert [s[0] for s in layout.local_shapes((5,))] == [2, 2, 1, 0]
+    # (2, 6) on 3x2 with (x, y) on axis 0: flat chunk over 6 (FACTS F2.3).
+    layout = Layout([("x", "y"), None], Mesh((3, 2), ("x", "y")))
+    assert layout.local_shapes((2, 6)) == [(1, 6), (1, 6), (0, 6), (0, 6), (0, 6), (0, 6)]
+
+
+def test_two_axes_uneven_is_a_flat_chunk_per_dimension() -> None:
+    # FACTS F2.3: (7, 5) with [Shard(0), Shard(1)] on 3x2.
+    layout = Layout(["x", "y"], Mesh((3, 2), ("x", "y")))
+    assert layout.local_shapes((7, 5)) == [(3, 3), (3, 2), (3, 3), (3, 2), (1, 3), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("axes", "blocks"),
+    [
+        # FACTS F3.1, arange(12) on x=3, y=2.
+        (("x", "y"), [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 12)]),
+        (("y", "x"), [(0, 2), (6, 8), (2, 4), (8, 10), (4, 6), (10, 12)]),
+    ],
+)
+def test_multi_axis_order_is_major_to_minor(mesh: Mesh, axes: tuple[str, str], blocks: list[tuple[int, int]]) -> None:
+    assert [r[0] for r in _ranges(Layout([axes], mesh).device_slices((12,)))] == blocks
+
+
+def test_multi_axis_y_x_on_2x3_matches_jax() -> None:
+    # FACTS F3.2: mesh x=2, y=3, P(('y','x')) on arange(12).
+    mesh = Mesh((2, 3), ("x", "y"))
+    held = [np.arange(12)[s].tolist() for s in Layout([("y", "x")], mesh).device_slices((12,))]
+    assert held == [[0, 1], [4, 5], [8, 9], [2, 3], [6, 7], [10, 11]]

@@ -1,0 +1,276 @@
+"""Mesh: construction, validation, canonical devices, and TF DTensor's mesh strings (FACTS §5.1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import types
+
+import numpy as np
+import pytest
+from _support import DEVICES6, FULL
+
+import layoutcore
+from layoutcore import DeviceMesh, Layout, LayoutcoreError, LayoutError, Mesh, create_mesh
+
+FULL6 = ",".join(FULL(i) for i in range(6))
+
+
+# -- TF strings, byte for byte ------------------------------------------------------------------
+def test_to_string_matches_tf_create_mesh_3x2() -> None:
+    mesh = create_mesh([("x", 3), ("y", 2)], devices=DEVICES6)
+    assert mesh.to_string() == f"|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|{FULL6}"
+
+
+def test_to_string_matches_tf_create_mesh_x6() -> None:
+    assert create_mesh([("x", 6)], devices=DEVICES6).to_string() == f"|x=6|0,1,2,3,4,5|0,1,2,3,4,5|{FULL6}"
+
+
+def test_to_string_names_the_mesh() -> None:
+    mesh = create_mesh([("x", 3), ("y", 2)], devices=DEVICES6, mesh_name="my_mesh")
+    assert mesh.name == "my_mesh"
+    assert mesh.to_string() == f"my_mesh|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|{FULL6}"
+
+
+@pytest.mark.parametrize("devices", [["CPU:0"], None])
+def test_one_device_mesh_string(devices: list[str] | None) -> None:
+    # TF: create_mesh([('x', 1)]) -> '|x=1|0|0|/job:localhost/replica:0/task:0/device:CPU:0'
+    assert create_mesh([("x", 1)], devices=devices).to_string() == f"|x=1|0|0|{FULL(0)}"
+
+
+def test_to_string_keeps_device_order() -> None:
+    # TF create_mesh(devices=[CPU:5, CPU:3, ...]) keeps ids 0..5 and lists the devices as given.
+    order = [5, 3, 1, 0, 2, 4]
+    mesh = Mesh((3, 2), ("x", "y"), [f"CPU:{i}" for i in order])
+    assert mesh.to_string() == "|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|" + ",".join(FULL(i) for i in order)
+
+
+# -- from_string: what TF prints ------------------------------------------------------------------
+def test_from_string_round_trip_is_equal_and_identical(mesh: Mesh) -> None:
+    text = mesh.to_string()
+    back = Mesh.from_string(text)
+    assert back == mesh
+    assert back.to_string() == text
+
+
+def test_from_string_reads_name_prefix() -> None:
+    back = Mesh.from_string(f"my_mesh|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|{FULL6}")
+    assert (back.name, back.shape, back.axis_names, back.devices) == ("my_mesh", (3, 2), ("x", "y"), tuple(DEVICES6))
+
+
+def test_from_string_ignores_use_xla_spmd_suffix(mesh: Mesh) -> None:
+    assert Mesh.from_string(mesh.to_string() + "|use_xla_spmd") == mesh
+
+
+def test_from_string_places_devices_by_local_id() -> None:
+    # FACTS F1.2: local_device_ids [5,3,1,0,2,4] on CPU:0..5; with ['x', U] TF's unpack gave
+    # CPU:0 -> rows 4:6, CPU:1 -> 2:4, CPU:2 -> 0:2, CPU:3 -> 0:2, CPU:4 -> 2:4, CPU:5 -> 4:6.
+    mesh = Mesh.from_string(f"|x=3,y=2|0,1,2,3,4,5|5,3,1,0,2,4|{FULL6}")
+    slices = Layout(["x", None], mesh).device_slices((6, 6))
+    rows = {device: (s[0].start, s[0].stop) for device, s in zip(mesh.devices or (), slices, strict=True)}
+    assert rows == {
+        "CPU:0": (4, 6),
+        "CPU:1": (2, 4),
+        "CPU:2": (0, 2),
+        "CPU:3": (0, 2),
+        "CPU:4": (2, 4),
+        "CPU:5": (4, 6),
+    }
+
+
+def test_from_string_accepts_permuted_global_ids() -> None:
+    # FACTS F1.2: '|x=2|1,0|1,0|CPU:1,CPU:0' is accepted by TF and CPU:1 holds [2, 3] of arange(4).
+    mesh = Mesh.from_string(f"|x=2|1,0|1,0|{FULL(1)},{FULL(0)}")
+    slices = Layout(["x"], mesh).device_slices((4,))
+    held = {d: np.arange(4)[s].tolist() for d, s in zip(mesh.devices or (), slices, strict=True)}
+    assert held == {"CPU:1": [2, 3], "CPU:0": [0, 1]}
+
+
+def test_from_string_multi_client_partial_string_is_abstract() -> None:
+    # FACTS F9.3: client 1's mesh string lists only its own two devices.
+    worker = "/job:worker/replica:0/task:1/device:CPU:{}".format
+    mesh = Mesh.from_string(f"|x=2,y=2|0,1,2,3|2,3|{worker(0)},{worker(1)}")
+    assert mesh.is_abstract and mesh.shape == (2, 2) and mesh.axis_names == ("x", "y")
+
+
+def test_from_string_global_device_suffix_gives_concrete_remote_devices() -> None:
+    worker = "/job:worker/replica:0/task:{}/device:CPU:{}".format
+    all4 = [worker(0, 0), worker(0, 1), worker(1, 0), worker(1, 1)]
+    mesh = Mesh.from_string(f"|x=2,y=2|0,1,2,3|2,3|{all4[2]},{all4[3]}|{','.join(all4)}")
+    assert mesh.devices == tuple(all4)  # non-local names stay full
+
+
+@pytest.mark.parametrize("text", ["|x=3,y=2|*CPU", "|x=3,y=2|0,1,2,3,4,5||"])
+def test_from_string_generator_and_remote_meshes_are_abstract(text: str) -> None:
+    mesh = Mesh.from_string(text)
+    assert mesh == Mesh((3, 2), ("x", "y"))
+    assert mesh.devices is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "|x=3,y=2|",
+        FULL(0),  # a single-device mesh has no axes
+        f"|x=4|0,1,2|0,1,2|{FULL(0)},{FULL(1)},{FULL(2)}",  # size mismatch
+        f"|x3|0,1,2|0,1,2|{FULL(0)},{FULL(1)},{FULL(2)}",  # not name=size
+        f"|x=2|0,1|0|{FULL(0)},{FULL(1)}",  # ids and devices disagree
+        f"|x=2|0,a|0,1|{FULL(0)},{FULL(1)}",
+        f"|x=2,x=1|0,1|0,1|{FULL(0)},{FULL(1)}",  # TF accepts duplicate names; we cannot
+    ],
+)
+def test_from_string_rejects_malformed_text_naming_it(text: str) -> None:
+    with pytest.raises(LayoutError) as info:
+        Mesh.from_string(text)
+    assert repr(text) in str(info.value)
+
+
+def test_from_string_rejects_non_str() -> None:
+    with pytest.raises(LayoutError, match="42"):
+        Mesh.from_string(42)  # type: ignore[arg-type]
+
+
+# -- properties ---------------------------------------------------------------------------------
+def test_properties(mesh: Mesh) -> None:
+    assert mesh.shape == (3, 2)
+    assert mesh.axis_names == ("x", "y")
+    assert mesh.dim_names == ["x", "y"]
+    assert (mesh.size, mesh.ndim) == (6, 2)
+    assert (mesh.axis_size("x"), mesh.axis_size("y")) == (3, 2)
+    assert mesh.devices == tuple(DEVICES6)
+    assert mesh.name == ""
+    assert not mesh.is_abstract
+
+
+def test_abstract_mesh_has_no_devices() -> None:
+    mesh = Mesh((2, 4), ("data", "model"))
+    assert mesh.devices is None and mesh.is_abstract and mesh.size == 8
+
+
+def test_axis_size_of_unknown_axis_names_it(mesh: Mesh) -> None:
+    with pytest.raises(LayoutError, match="'z'"):
+        mesh.axis_size("z")
+
+
+def test_create_mesh_and_alias() -> None:
+    assert DeviceMesh is Mesh
+    assert create_mesh([("x", 3), ("y", 2)]) == Mesh((3, 2), ("x", "y"))
+    assert create_mesh([("b", 2)], name="n").name == "n"
+
+
+def test_single_int_and_str_shorthand() -> None:
+    assert Mesh(4, "x") == Mesh((4,), ("x",))  # type: ignore[arg-type]
+
+
+def test_with_devices_makes_a_new_mesh(mesh: Mesh) -> None:
+    abstract = mesh.with_devices(None)
+    assert abstract.devices is None and mesh.devices == tuple(DEVICES6)
+
+
+# -- validation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "kwargs", "named"),
+    [
+        (((), ()), {}, "()"),
+        (((3, 0), ("x", "y")), {}, "(3, 0)"),
+        (((3, -2), ("x", "y")), {}, "(3, -2)"),
+        (((3, 2.0), ("x", "y")), {}, "2.0"),
+        (((3, True), ("x", "y")), {}, "True"),
+        (((3, 2), ("x",)), {}, "('x',)"),
+        (((3, 2), ("x", "y", "z")), {}, "'z'"),
+        (((3, 2), ("x", "x")), {}, "'x'"),
+        (((3, 2), ("x", "")), {}, "''"),
+        (((3, 2), ("x", None)), {}, "None"),
+        (((2,), ("a,b",)), {}, "'a,b'"),
+        (((2,), ("a|b",)), {}, "'a|b'"),
+        (((2,), ("a=b",)), {}, "'a=b'"),
+        (((2,), ("a b",)), {}, "'a b'"),
+        (((2,), ("a\tb",)), {}, "'a\\tb'"),
+        (((2,), ("unsharded",)), {}, "'unsharded'"),
+        (((2,), ("match",)), {}, "'match'"),
+        (((3, 2), ("x", "y"), DEVICES6[:5]), {}, "5"),
+        (((2,), ("x",), ["CPU:0", "cpu:0"]), {}, "CPU:0"),
+        (((2,), ("x",), ["CPU:0", FULL(0)]), {}, "CPU:0"),
+        (((2,), ("x",), ["CPU:0", "GPU"]), {}, "'GPU'"),
+        (((2,), ("x",)), {"name": "a|b"}, "'a|b'"),
+        (((2,), ("x",)), {"name": "a b"}, "'a b'"),
+    ],
+)
+def test_invalid_mesh_raises_layout_error_naming_the_value(args: tuple, kwargs: dict, named: str) -> None:
+    with pytest.raises(LayoutError) as info:
+        Mesh(*args, **kwargs)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, LayoutcoreError)
+    assert named in str(info.value)
+
+
+def test_create_mesh_rejects_malformed_dims() -> None:
+    with pytest.raises(LayoutError, match="mesh_dims"):
+        create_mesh([("x", 3, 1)])  # type: ignore[list-item]
+
+
+# -- canonical devices --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["CPU:0", "cpu:0", "/device:CPU:0", FULL(0), "/job:localhost/replica:0/task:0/device:cpu:0"]
+)
+def test_device_name_forms_are_canonical(name: str) -> None:
+    assert Mesh((1,), ("x",), [name]).devices == ("CPU:0",)
+
+
+def test_remote_device_names_stay_full() -> None:
+    remote = "/job:worker/replica:0/task:1/device:CPU:0"
+    assert Mesh((1,), ("x",), [remote]).devices == (remote,)
+
+
+def test_native_device_objects_by_duck_typing() -> None:
+    jax_like = types.SimpleNamespace(platform="cpu", id=3)
+    torch_like = types.SimpleNamespace(type="cpu", index=1)
+    tf_like = types.SimpleNamespace(device_type="CPU", device_index=2)
+    assert Mesh((3,), ("x",), [jax_like, torch_like, tf_like]).devices == ("CPU:3", "CPU:1", "CPU:2")
+
+
+def test_unreadable_device_object_is_named() -> None:
+    with pytest.raises(LayoutError, match="object"):
+        Mesh((1,), ("x",), [object()])
+
+
+def test_nested_device_array_is_flattened_in_c_order() -> None:
+    grid = np.array(DEVICES6, dtype=object).reshape(3, 2)
+    assert Mesh((3, 2), ("x", "y"), grid).devices == tuple(DEVICES6)
+
+
+# -- value semantics ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "value",
+    [
+        Mesh((3, 2), ("x", "y")),
+        Mesh((3, 2), ("x", "y"), DEVICES6, name="m"),
+        Mesh((1,), ("batch",), ["/job:worker/replica:0/task:1/device:CPU:0"]),
+    ],
+)
+def test_repr_evaluates_back_and_pickles(value: Mesh) -> None:
+    namespace = {name: getattr(layoutcore, name) for name in layoutcore.__all__}
+    assert eval(repr(value), namespace) == value
+    assert pickle.loads(pickle.dumps(value)) == value
+
+
+def test_eq_and_hash(mesh: Mesh) -> None:
+    same = Mesh([3, 2], ["x", "y"], [f"cpu:{i}" for i in range(6)])
+    assert mesh == same and hash(mesh) == hash(same)
+    assert len({mesh, same}) == 1
+    assert mesh != Mesh((3, 2), ("x", "y"))  # abstract differs from concrete
+    assert mesh != Mesh((3, 2), ("x", "y"), DEVICES6, name="other")  # as TF: the name counts
+    assert mesh != Mesh((3, 2), ("x", "y"), DEVICES6[::-1])  # as TF: the device order counts
+    assert mesh != Mesh((3, 2), ("a", "y"), DEVICES6)
+    assert mesh != "not a mesh"
+
+
+def test_is_immutable(mesh: Mesh) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mesh.shape = (6,)  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mesh.name = "n"  # type: ignore[misc]
+
+
+def test_str_is_short(mesh: Mesh) -> None:
+    assert str(mesh) == "Mesh(x=3, y=2)"
