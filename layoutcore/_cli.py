@@ -255,6 +255,10 @@ class _Tour:
         self.zeros: Callable[..., Any] = getattr(module, "zeros", np.zeros)
         self.ones_name = f"{module.__name__}.ones"
         self.zeros_name = f"{module.__name__}.zeros"
+        self.mesh_1d = lc.create_mesh([("x", 6)], devices=self.devices)
+        self.mesh_2d = lc.create_mesh([("x", 3), ("y", 2)], devices=self.devices)
+        # The guide's 3x2 example value, and a helper building it under any layout as the guide does.
+        self.value = np.arange(6).reshape(3, 2)
 
     # -- output helpers ----------------------------------------------------------------------
     def section(self, title: str) -> None:
@@ -319,15 +323,23 @@ class _Tour:
             f"Devices: {self.devices} ({len(self.available)} available; {lc.CPU_DEVICES_ENV}="
             f"{os.environ.get(lc.CPU_DEVICES_ENV)}). Pick another driver with --driver NAME or ${lc.DRIVER_ENV}."
         )
-        mesh_1d, mesh_2d = self.meshes()
-        self.layouts(mesh_2d)
-        self.replicated_1d(mesh_1d)
-        sharded, hybrid, value = self.layouts_2d(mesh_2d)
-        self.pack(hybrid, value)
-        self.relayout(sharded, value)
-        self.call_with_layout(mesh_2d)
-        self.variable(mesh_1d, mesh_2d)
-        self.layout_map()
+        steps = (
+            self.meshes,
+            self.layouts,
+            self.replicated_1d,
+            self.layouts_2d,
+            self.pack,
+            self.relayout,
+            self.call_with_layout,
+            self.variable,
+            self.layout_map,
+        )
+        for step in steps:
+            # A driver that raises where it should not is a failed check, and the other steps still run.
+            try:
+                step()
+            except Exception as exc:
+                self.check(f"{step.__name__} raised {type(exc).__name__}: {exc}", False)
         self.section("Summary")
         if self.failed:
             self.say(f"{len(self.failed)} check(s) FAILED on the {drv.name!r} driver: {self.failed}")
@@ -336,7 +348,12 @@ class _Tour:
         self.say("Next: `layoutcore show --help` to draw any layout; `layoutcore drivers`; the README and docs/.")
         return 0
 
-    def meshes(self) -> tuple[lc.Mesh, lc.Mesh]:
+    def dtensor_from_array(self, arr: np.ndarray, layout: lc.Layout) -> Any:
+        """The guide's helper: copy to the mesh replicated, then relayout."""
+        assert layout.mesh is not None
+        return lc.relayout(lc.copy_to_mesh(arr, lc.Layout.replicated(layout.mesh, rank=layout.rank)), layout)
+
+    def meshes(self) -> None:
         self.section("1. Meshes")
         self.say("A mesh is a named grid of devices. Its TF DTensor string is name|dims|global ids|local ids|devices.")
         self.code(
@@ -344,14 +361,12 @@ class _Tour:
             'mesh_1d = lc.create_mesh([("x", 6)], devices=DEVICES)\n'
             'mesh_2d = lc.create_mesh([("x", 3), ("y", 2)], devices=DEVICES)'
         )
-        mesh_1d = lc.create_mesh([("x", 6)], devices=self.devices)
-        mesh_2d = lc.create_mesh([("x", 3), ("y", 2)], devices=self.devices)
-        for name, mesh in (("mesh_1d", mesh_1d), ("mesh_2d", mesh_2d)):
+        for name, mesh in (("mesh_1d", self.mesh_1d), ("mesh_2d", self.mesh_2d)):
             self.say(f"{name}: {mesh}")
             self.say(f"{name}.to_string(): {mesh.to_string()}")
-        return mesh_1d, mesh_2d
 
-    def layouts(self, mesh_2d: lc.Mesh) -> None:
+    def layouts(self) -> None:
+        mesh_2d = self.mesh_2d
         self.section("2. Layouts")
         self.say(
             "A layout gives each tensor axis a mesh axis to be sharded over, or UNSHARDED ('unsharded', None) "
@@ -370,9 +385,9 @@ class _Tour:
         self.say("Which device holds which block of a (3, 2) tensor under the hybrid layout (layoutcore show):")
         self.console.print(render_layout(examples["hybrid"], (3, 2), width=self.console.width))
 
-    def replicated_1d(self, mesh_1d: lc.Mesh) -> None:
+    def replicated_1d(self) -> None:
         self.section("3. A replicated tensor on the 1-D mesh, and pack")
-        layout = lc.Layout([lc.UNSHARDED], mesh_1d)
+        layout = lc.Layout([lc.UNSHARDED], self.mesh_1d)
         self.code(
             "layout = lc.Layout([lc.UNSHARDED], mesh_1d)\nt = lc.copy_to_mesh(np.array([0, 1]), layout)\nlc.unpack(t)"
         )
@@ -395,7 +410,7 @@ class _Tour:
         else:
             self.check("pack refuses replicas that differ, naming the device", False)
 
-    def layouts_2d(self, mesh_2d: lc.Mesh) -> tuple[Any, Any, np.ndarray]:
+    def layouts_2d(self) -> None:
         self.section("4. Sharded, replicated and hybrid layouts on the 2-D mesh")
         self.code(
             "def dtensor_from_array(arr, layout):   # the guide's helper\n"
@@ -406,48 +421,38 @@ class _Tour:
             "replicated = dtensor_from_array(value, lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_2d))\n"
             'hybrid = dtensor_from_array(value, lc.Layout(["x", lc.UNSHARDED], mesh_2d))'
         )
-        value = np.arange(6).reshape(3, 2)
-
-        def dtensor_from_array(arr: np.ndarray, layout: lc.Layout) -> Any:
-            assert layout.mesh is not None
-            replicated = lc.Layout.replicated(layout.mesh, rank=layout.rank)
-            return lc.relayout(lc.copy_to_mesh(arr, replicated), layout)
-
-        sharded = dtensor_from_array(value, lc.Layout(["x", "y"], mesh_2d))
-        replicated = dtensor_from_array(value, lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_2d))
-        hybrid = dtensor_from_array(value, lc.Layout(["x", lc.UNSHARDED], mesh_2d))
+        layouts = {
+            "sharded\n['x', 'y']": lc.Layout(["x", "y"], self.mesh_2d),
+            "replicated\n[unsharded, unsharded]": lc.Layout([lc.UNSHARDED, lc.UNSHARDED], self.mesh_2d),
+            "hybrid\n['x', unsharded]": lc.Layout(["x", lc.UNSHARDED], self.mesh_2d),
+        }
         self.components_table(
-            value,
-            {
-                "sharded\n['x', 'y']": sharded,
-                "replicated\n[unsharded, unsharded]": replicated,
-                "hybrid\n['x', unsharded]": hybrid,
-            },
+            self.value, {title: self.dtensor_from_array(self.value, layout) for title, layout in layouts.items()}
         )
-        return sharded, hybrid, value
 
-    def pack(self, hybrid: Any, value: np.ndarray) -> None:
+    def pack(self) -> None:
         self.section("5. unpack and pack")
-        self.code("layout = lc.fetch_layout(hybrid)\nlc.pack(lc.unpack(hybrid), layout)")
-        layout = lc.fetch_layout(hybrid)
-        packed = lc.pack(lc.unpack(hybrid), layout)
-        self.check(f"pack(unpack(hybrid)) has layout {layout} and the global value", self._same(packed, layout, value))
+        layout = lc.Layout(["x", lc.UNSHARDED], self.mesh_2d)
+        self.code("packed = lc.pack(lc.unpack(hybrid), lc.fetch_layout(hybrid))")
+        hybrid = self.dtensor_from_array(self.value, layout)
+        packed = lc.pack(lc.unpack(hybrid), lc.fetch_layout(hybrid))
+        self.check(
+            f"pack(unpack(hybrid)) has layout {layout} and the global value", self._same(packed, layout, self.value)
+        )
 
-    def relayout(self, sharded: Any, value: np.ndarray) -> None:
+    def relayout(self) -> None:
         self.section("6. relayout")
         self.say("relayout changes where the data lives, not the value.")
         self.code('column_sharded = lc.relayout(sharded, lc.Layout([lc.UNSHARDED, "y"], mesh_2d))')
-        mesh_2d = lc.fetch_layout(sharded).mesh
-        target = lc.Layout([lc.UNSHARDED, "y"], mesh_2d)
-        moved = lc.relayout(sharded, target)
-        self.components_table(value, {"[unsharded, 'y']": moved})
-        back = lc.relayout(moved, lc.fetch_layout(sharded))
-        self.check(
-            "relayout there and back gives the original layout and value",
-            self._same(back, lc.fetch_layout(sharded), value),
-        )
+        source = lc.Layout(["x", "y"], self.mesh_2d)
+        sharded = self.dtensor_from_array(self.value, source)
+        moved = lc.relayout(sharded, lc.Layout([lc.UNSHARDED, "y"], self.mesh_2d))
+        self.components_table(self.value, {"[unsharded, 'y']": moved})
+        back = lc.relayout(moved, source)
+        self.check("relayout there and back gives the original layout and value", self._same(back, source, self.value))
 
-    def call_with_layout(self, mesh_2d: lc.Mesh) -> None:
+    def call_with_layout(self) -> None:
+        mesh_2d = self.mesh_2d
         self.section("7. call_with_layout")
         self.say(
             "Create a tensor directly with a layout; where the framework can, the full value never exists on "
@@ -459,7 +464,8 @@ class _Tour:
         self.components_table(np.ones((6, 4)), {"ones (6, 4)": t})
         self.check("call_with_layout returns the requested layout", lc.fetch_layout(t) == layout)
 
-    def variable(self, mesh_1d: lc.Mesh, mesh_2d: lc.Mesh) -> None:
+    def variable(self) -> None:
+        mesh_1d, mesh_2d = self.mesh_1d, self.mesh_2d
         self.section("8. Variable")
         self.say("A Variable keeps its layout for life: it takes values with its layout, and refuses others.")
         layout = lc.Layout([lc.UNSHARDED, lc.UNSHARDED], mesh_1d)
