@@ -1,0 +1,267 @@
+"""The JAX driver: layoutcore's contract on ``jax.sharding``."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from layoutcore import Capability, Driver, Layout, LayoutError, Mesh
+
+from ._convert import (
+    AxisTypeName,
+    _devices_by_name,
+    _to_named_sharding,
+    from_jax_sharding,
+)
+
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import NamedSharding
+
+__all__ = ["JaxDriver"]
+
+_CACHE_SIZE = 1024
+
+
+class _BoundedCache(collections.OrderedDict[Hashable, Any]):
+    """A small LRU dict: conversions are cached on hashable values without growing forever."""
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        self[key] = value
+        if len(self) > _CACHE_SIZE:
+            self.popitem(last=False)
+        return value
+
+
+class JaxDriver(Driver):
+    """layoutcore on ``jax.sharding``: a :class:`~layoutcore.Mesh` is a ``jax.sharding.Mesh``
+    over the same devices in row-major order, a :class:`~layoutcore.Layout` is a
+    ``NamedSharding(mesh, PartitionSpec(*layout.axes))``, and a distributed tensor is a
+    ``jax.Array``.
+
+    ==================  ====================================================================
+    layoutcore          JAX call
+    ==================  ====================================================================
+    distribute_tensor   ``jax.device_put(x, NamedSharding)``
+    unpack              ``array.addressable_shards`` in mesh order (this process's only)
+    pack                ``jax.make_array_from_single_device_arrays`` (after layoutcore's checks)
+    relayout            ``jax.device_put(array, other NamedSharding)`` (device to device)
+    fetch_layout        ``array.sharding`` (``NamedSharding`` or ``SingleDeviceSharding``)
+    to_numpy            one copy per distinct shard; a collective across processes
+    call_with_layout    ``jax.jit(fn, out_shardings=NamedSharding)``: each device builds its shard
+    ==================  ====================================================================
+
+    Capabilities: several mesh axes on one tensor axis, in any order, and relayout across meshes.
+    Uneven dimensions are not a JAX layout (JAX 0.10 rejects them everywhere), so they are
+    refused with :class:`~layoutcore.UnsupportedLayoutError` before JAX is called.
+
+    Args:
+        axis_types: the ``jax.sharding.AxisType`` of the meshes the driver builds: ``"auto"``
+            (default) or ``"explicit"``. See the JAX driver page for why Auto is the default.
+    """
+
+    name = "jax"
+    capabilities = frozenset(
+        {Capability.MULTI_AXIS, Capability.MULTI_AXIS_ANY_ORDER, Capability.RELAYOUT_ACROSS_MESHES}
+    )
+    requires = ("jax",)
+    install_hint = "pip install 'layoutcore[jax]'"
+    conformance_adapter = "layoutcore_jax._conformance:JaxAdapter"
+
+    def __init__(self, *, axis_types: AxisTypeName = "auto") -> None:
+        super().__init__()
+        if axis_types not in ("auto", "explicit"):
+            raise LayoutError(f"axis_types must be 'auto' or 'explicit'. Received: {axis_types!r}", value=axis_types)
+        import jax
+
+        self._jax = jax
+        self._axis_types: AxisTypeName = axis_types
+        self._by_name = _devices_by_name()  # applies LAYOUTCORE_CPU_DEVICES before JAX starts
+        self._names = list(self._by_name)
+        self._multiprocess = jax.process_count() > 1
+        self._process_index = jax.process_index()
+        self._shardings: dict[Layout, NamedSharding] = {}
+        # jax.sharding.Mesh has no name: remember which layoutcore mesh each JAX mesh came from.
+        self._mesh_of: dict[jax.sharding.Mesh, Mesh] = {}
+        self._mesh_order: dict[jax.sharding.Mesh, tuple[jax.Device, ...]] = {}
+        self._fetched = _BoundedCache()
+        self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
+        self._compiled = _BoundedCache()
+
+    # -- conversions (cached on the hashable values) --------------------------------------------
+    def named_sharding(self, layout: Layout) -> NamedSharding:
+        """The ``NamedSharding`` this driver uses for ``layout`` (its mesh bound to devices here).
+
+        Raises:
+            LayoutError: ``layout`` has no mesh, or its mesh cannot be bound (see ``bind_mesh``).
+        """
+        sharding = self._shardings.get(layout)
+        if sharding is None:
+            if not isinstance(layout, Layout) or layout.mesh is None:
+                self.check_layout(layout, ())
+            return self._sharding(layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+        self._mesh_of[sharding.mesh] = self._concrete(layout)
+        return sharding
+
+    def _concrete(self, layout: Layout) -> Mesh:
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        return mesh if mesh.devices is not None else mesh.with_devices(self.bind_mesh(mesh))
+
+    def _sharding(self, layout: Layout, devices: tuple[str, ...]) -> NamedSharding:
+        sharding = self._shardings.get(layout)
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        if sharding is None:
+            concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
+            sharding = _to_named_sharding(Layout(layout.axes, concrete), self._axis_types)
+            self._shardings[layout] = sharding
+            self._mesh_of[sharding.mesh] = concrete
+        elif mesh.name or self._mesh_of.get(sharding.mesh, mesh).name:
+            # Meshes that differ only by name map to one JAX mesh; the latest one used names it.
+            self._mesh_of[sharding.mesh] = mesh if mesh.devices is not None else mesh.with_devices(devices)
+        return sharding
+
+    # -- required hooks --------------------------------------------------------------------------
+    def list_devices(self, device_type: str | None = None) -> list[str]:
+        if device_type is None:
+            return list(self._names)
+        prefix = device_type.upper() + ":"
+        return [name for name in self._names if name.split("/device:")[-1].startswith(prefix)]
+
+    def is_distributed(self, value: Any) -> bool:
+        return isinstance(value, self._jax.Array) and not isinstance(value, self._jax.core.Tracer)
+
+    def prepare_input(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray | self._jax.Array):
+            return value
+        # Nested lists, scalars, and other frameworks' CPU tensors (through __array__).
+        return np.asarray(value)
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
+        return self._jax.device_put(value, self._sharding(layout, devices))
+
+    def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
+        shards = tensor.addressable_shards
+        sharding = tensor.sharding
+        if len(shards) == 1:
+            return [shards[0].data]
+        by_device = {shard.device: shard.data for shard in shards}
+        # addressable_shards follows the mesh's device order today; ordering by the mesh makes
+        # that a guarantee of ours rather than an accident of JAX's.
+        return [by_device[d] for d in self._device_order(sharding.mesh) if d in by_device]  # type: ignore[attr-defined]
+
+    def _device_order(self, jax_mesh: jax.sharding.Mesh) -> tuple[jax.Device, ...]:
+        order = self._mesh_order.get(jax_mesh)
+        if order is None:
+            order = self._mesh_order[jax_mesh] = tuple(jax_mesh.devices.flat)
+        return order
+
+    def native_pack(
+        self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> jax.Array:
+        jax = self._jax
+        sharding = self._sharding(layout, devices)
+        positions = self.local_positions(layout.mesh, devices)  # type: ignore[arg-type]
+        # device_put onto the component's own device is free for a jax.Array already there.
+        arrays = [
+            jax.device_put(component, self._by_name[devices[p]])
+            for p, component in zip(positions, components, strict=True)
+        ]
+        return jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)
+
+    def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
+        return self._jax.device_put(tensor, self._sharding(layout, devices))
+
+    def native_fetch_layout(self, tensor: jax.Array) -> Layout:
+        sharding = tensor.sharding
+        named = self._mesh_of.get(sharding.mesh) if hasattr(sharding, "mesh") else None
+        key = (sharding, tensor.ndim, named)
+        layout = self._fetched.get(key)
+        if layout is None:
+            layout = from_jax_sharding(sharding, tensor.ndim)
+            if named is not None and named != layout.mesh:
+                layout = Layout(layout.axes, named)
+            self._fetched.put(key, layout)
+        return layout  # type: ignore[no-any-return]
+
+    def native_to_numpy(self, tensor: jax.Array) -> np.ndarray:
+        if not tensor.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            # Every process must make this call: it is a collective gather.
+            return np.array(multihost_utils.process_allgather(tensor, tiled=True))
+        out = np.empty(tensor.shape, dtype=tensor.dtype)
+        for shard in tensor.addressable_shards:
+            if shard.replica_id == 0:  # write each distinct block once
+                out[shard.index] = np.asarray(shard.data)
+        return out
+
+    # -- optional hooks --------------------------------------------------------------------------
+    def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
+        """Mesh positions of this process's devices (all of them in a single-process run)."""
+        if not self._multiprocess:
+            return range(len(devices))
+        local = self._local.get(devices)
+        if local is None:
+            local = self._local[devices] = tuple(
+                p for p, d in enumerate(devices) if self._by_name[d].process_index == self._process_index
+            )
+        return local
+
+    def native_call_with_layout(
+        self,
+        fn: Callable[..., Any],
+        layout: Layout,
+        devices: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> jax.Array:
+        """``jax.jit(fn, out_shardings=NamedSharding)``: every device computes only its own shard.
+
+        Array arguments (``jax.Array``, ``np.ndarray``) are traced; every other argument (shapes,
+        dtypes, Python numbers) is static. Compiled functions are cached on ``fn``, the static
+        arguments and the layout when they are hashable.
+
+        Raises:
+            LayoutError: ``fn`` does not return one array, or the layout's rank differs from it.
+            UnsupportedLayoutError: the result's shape does not divide evenly by the layout.
+        """
+        jax = self._jax
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        traced = tuple(isinstance(leaf, np.ndarray | jax.Array) for leaf in leaves)
+        static = tuple(leaf for leaf, t in zip(leaves, traced, strict=True) if not t)
+        dynamic = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
+        key: Hashable | None = (fn, treedef, traced, static, layout)
+        try:
+            entry = self._compiled.get(key)
+        except TypeError:  # an unhashable static argument: compile for this call only
+            key, entry = None, None
+        if entry is None:
+
+            def call(*arrays: Any) -> Any:
+                values = iter(arrays)
+                constants = iter(static)
+                rebuilt = [next(values) if t else next(constants) for t in traced]
+                call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
+                return fn(*call_args, **call_kwargs)
+
+            entry = [jax.jit(call, out_shardings=self._sharding(layout, devices)), call, False]
+            if key is not None:
+                self._compiled.put(key, entry)
+        jitted, plain, checked = entry
+        if not checked:
+            out = jax.eval_shape(plain, *dynamic)
+            if not isinstance(out, jax.ShapeDtypeStruct):
+                raise LayoutError(
+                    f"call_with_layout needs a function that returns one array; {fn!r} returned {out!r}.", value=out
+                )
+            # Refuse uneven or wrong-rank results with layoutcore's own errors before jit sees them.
+            self.check_layout(layout, tuple(int(s) for s in out.shape))
+            if not dynamic:  # the result's shape depends on the static arguments only: checked for good
+                entry[2] = True
+        return jitted(*dynamic)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"
