@@ -216,6 +216,17 @@ def test_no_run_blocks_are_rare_and_justified() -> None:
     assert not unjustified, f"say why these blocks are not run (a sentence containing 'not run'): {unjustified}"
 
 
+def test_api_page_lists_exactly_the_public_names() -> None:
+    import layoutcore
+
+    text = (DOCS / "api.md").read_text("utf-8")
+    listed = set(re.findall(r"^\| `(\w+)", text, re.MULTILINE))
+    missing = sorted(set(layoutcore.__all__) - listed)
+    unknown = sorted(listed - set(layoutcore.__all__))
+    assert not missing, f"docs/api.md lacks a row for: {missing}"
+    assert not unknown, f"docs/api.md documents names layoutcore does not export: {unknown}"
+
+
 def _nav_pages() -> set[str]:
     """Markdown paths named in mkdocs.yml's ``nav`` (a block of ``- Title: path.md`` lines)."""
     text = (ROOT / "mkdocs.yml").read_text("utf-8")
