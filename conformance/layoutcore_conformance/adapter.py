@@ -27,8 +27,14 @@ class ConformanceAdapter:
         :meth:`device_data`: per-device ``(device_name, numpy array)`` of a distributed tensor,
         in row-major mesh order, read with the framework's own calls.
     Optional:
-        :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``).
+        :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
+        :attr:`dtypes` (the NumPy dtype names the property tests draw from).
     """
+
+    #: NumPy dtype names the property tests use. The default is what every framework holds
+    #: without silent conversion (JAX without x64 turns float64/int64 into 32-bit types);
+    #: an adapter widens it where its framework keeps more dtypes exactly.
+    dtypes: tuple[str, ...] = ("float32", "int32")
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver

@@ -1,0 +1,99 @@
+"""Hypothesis strategies: random meshes, layouts and shapes as :class:`~._oracle.Case` values.
+
+Meshes have rank 1 to 3 and at most 8 devices (fewer if the driver has fewer); layouts put any
+subset of mesh axes on any tensor axes, several on one axis in any order; shapes include zero-size
+and uneven dimensions. The strategies are plain data, so a failing example prints as a ``Case``
+that can be pasted into a test.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+
+import layoutcore as lc
+
+from ._oracle import Case, Entry
+
+__all__ = ["MAX_DEVICES", "cases", "device_budget", "layout_specs", "mesh_parts", "other_layouts", "shapes_for"]
+
+#: The largest mesh the property tests draw (the contract's "at most 8 devices").
+MAX_DEVICES = 8
+#: Mesh axis names to draw from; "batch" and "model" as in keras, single letters as in DTensor.
+AXIS_POOL = ("x", "y", "z", "batch", "model")
+
+MeshParts = tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...] | None, str]
+
+
+@functools.cache
+def device_budget() -> int:
+    """Largest mesh to draw: 8, or fewer if the active driver has fewer devices."""
+    return min(MAX_DEVICES, len(lc.get_driver().list_devices()))
+
+
+@st.composite
+def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
+    """``(shape, axis_names, devices, name)`` of a random mesh of rank 1..3 and at most ``max_devices``."""
+    budget = max_devices if max_devices is not None else device_budget()
+    rank = draw(st.integers(1, 3))
+    shape: list[int] = []
+    for _ in range(rank):
+        room = budget // math.prod(shape)
+        shape.append(draw(st.integers(1, max(1, room))))
+    names = tuple(draw(st.permutations(AXIS_POOL))[:rank])
+    size = math.prod(shape)
+    # A concrete mesh names the driver's first devices, in order: every framework can build it
+    # (torch's simulated ranks need a regular grid), and its fetch_layout must keep the names.
+    concrete = draw(st.booleans())
+    devices = tuple(lc.get_driver().list_devices()[:size]) if concrete else None
+    name = draw(st.sampled_from(["", "mesh1"]))
+    return tuple(shape), names, devices, name
+
+
+@st.composite
+def layout_specs(draw: st.DrawFn, axis_names: Sequence[str], rank: int) -> tuple[Entry, ...]:
+    """A random layout of ``rank`` over mesh axes ``axis_names``: each mesh axis is unused or
+    shards one tensor axis; several on one tensor axis come in a random (maybe non-mesh) order."""
+    owner = [draw(st.integers(-1, rank - 1)) if rank else -1 for _ in axis_names]
+    order = draw(st.permutations(range(len(axis_names))))
+    spec: list[Entry] = []
+    for dim in range(rank):
+        names = [axis_names[a] for a in order if owner[a] == dim]
+        if not names:
+            spec.append(draw(st.sampled_from([None, lc.UNSHARDED])))
+        elif len(names) == 1:
+            spec.append(draw(st.sampled_from([names[0], (names[0],)])))
+        else:
+            spec.append(tuple(names))
+    return tuple(spec)
+
+
+@st.composite
+def shapes_for(draw: st.DrawFn, blocks: Sequence[int]) -> tuple[int, ...]:
+    """A shape with, per tensor axis, a size in ``0 .. 2*blocks+1`` (capped): even, uneven and empty."""
+    return tuple(draw(st.integers(0, min(12, 2 * n + 1))) for n in blocks)
+
+
+@st.composite
+def cases(draw: st.DrawFn, dtypes: Sequence[str] = ("float32",), max_rank: int = 3) -> Case:
+    """A random mesh, a layout of rank ``0..max_rank`` on it, a shape and a dtype."""
+    shape_m, names, devices, mesh_name = draw(mesh_parts())
+    rank = draw(st.integers(0, max_rank))
+    spec = draw(layout_specs(names, rank))
+    case = Case(shape_m, names, spec, (), draw(st.sampled_from(list(dtypes))), devices, mesh_name)
+    blocks = [math.prod(shape_m[a] for a in axes) for axes in case.dim_axes]
+    return Case(shape_m, names, spec, draw(shapes_for(blocks)), case.dtype, devices, mesh_name)
+
+
+@st.composite
+def other_layouts(draw: st.DrawFn, case: Case, *, other_mesh: bool) -> Case:
+    """Another layout for ``case``'s tensor: on the same mesh, or (``other_mesh``) on a fresh random mesh."""
+    if other_mesh:
+        shape_m, names, devices, mesh_name = draw(mesh_parts())
+    else:
+        shape_m, names, devices, mesh_name = case.mesh_shape, case.axis_names, case.devices, case.mesh_name
+    spec = draw(layout_specs(names, len(case.shape)))
+    return Case(shape_m, names, spec, case.shape, case.dtype, devices, mesh_name)
