@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -187,19 +188,30 @@ def _cmd_drivers(args: argparse.Namespace, extra: list[str]) -> int:
     from rich import box
     from rich.table import Table
 
-    table = Table("driver", "status", "capabilities", "install", box=box.SIMPLE_HEAD, title="layoutcore drivers")
+    table = Table(box=box.SIMPLE_HEAD, title="layoutcore drivers")
+    table.add_column("driver", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    # Wide enough for the longest capability name, so that names wrap between, never inside.
+    table.add_column("capabilities", min_width=max(len(str(c)) for c in lc.Capability))
+    table.add_column("install", min_width=len("'layoutcore[tensorflow]'"), overflow="fold")
     active = lc.active_driver_name()
-    for info in lc.driver_infos():
-        name = info.name + (" (active)" if info.name == active else "")
+    # A registered plug-in that fails to import is warned about by driver_infos; list it here instead.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        infos = lc.driver_infos()
+    for info in infos:
+        name = info.name + (" *" if info.name == active else "")
         status = "installed" if info.installed else "not installed"
-        capabilities = ", ".join(sorted(str(c) for c in info.capabilities)) or "-"
+        capabilities = "\n".join(sorted(str(c) for c in info.capabilities)) or "-"
         if not info.installed and not info.capabilities:
-            capabilities = "(unknown until installed)"
+            capabilities = "(known once installed)"
         table.add_row(name, status, capabilities, info.install_hint if not info.installed else "")
     console = _console()
     console.print(table)
+    for warning in caught:
+        console.print(f"warning: {warning.message}", soft_wrap=True)
     console.print(
-        f"Active driver: {active!r} (chosen by driver=, use_driver, set_driver, ${lc.DRIVER_ENV}, else 'numpy'). "
+        f"* active driver: {active!r} (chosen by driver=, use_driver, set_driver, ${lc.DRIVER_ENV}, else 'numpy'). "
         "Every driver supports even layouts with one mesh axis per tensor axis; the capabilities are what it "
         "supports beyond that.",
         soft_wrap=True,
@@ -342,7 +354,11 @@ class _Tour:
                 self.check(f"{step.__name__} raised {type(exc).__name__}: {exc}", False)
         self.section("Summary")
         if self.failed:
-            self.say(f"{len(self.failed)} check(s) FAILED on the {drv.name!r} driver: {self.failed}")
+            self.say(
+                f"{len(self.failed)} of {self.passed + len(self.failed)} checks FAILED on the {drv.name!r} driver:"
+            )
+            for what in self.failed:
+                self.say(f"  - {what}")
             return 1
         self.say(f"All {self.passed} checks passed on the {drv.name!r} driver.")
         self.say("Next: `layoutcore show --help` to draw any layout; `layoutcore drivers`; the README and docs/.")
