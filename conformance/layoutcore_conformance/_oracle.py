@@ -214,7 +214,9 @@ def assert_refused(driver: lc.Driver, missing: set[str], call: Callable[[], Any]
         result = call()
     except lc.UnsupportedLayoutError as err:
         assert isinstance(err, NotImplementedError)
-        assert err.driver == driver.name, f"{what}: UnsupportedLayoutError.driver is {err.driver!r}, not {driver.name!r}"
+        assert err.driver == driver.name, (
+            f"{what}: UnsupportedLayoutError.driver is {err.driver!r}, not {driver.name!r}"
+        )
         assert str(err.feature) in missing, (
             f"{what}: UnsupportedLayoutError.feature is {err.feature!r}; the missing capabilities are {sorted(missing)}"
         )

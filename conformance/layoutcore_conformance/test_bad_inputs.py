@@ -137,14 +137,34 @@ TABLE = [
         ValueError,
         _const("CPU:0"),
     ),
-    Bad("mesh-bad-device", lambda e: lc.Mesh((1,), ("x",), devices=["GPU-zero"]), lc.LayoutError, ValueError, _const("'GPU-zero'")),
+    Bad(
+        "mesh-bad-device",
+        lambda e: lc.Mesh((1,), ("x",), devices=["GPU-zero"]),
+        lc.LayoutError,
+        ValueError,
+        _const("'GPU-zero'"),
+    ),
     Bad("create_mesh-not-pairs", lambda e: lc.create_mesh(["x"]), lc.LayoutError, ValueError, _const("['x']")),
-    Bad("mesh-from_string", lambda e: lc.Mesh.from_string("|x=3,y=2|"), lc.LayoutError, ValueError, _const("'|x=3,y=2|'")),
+    Bad(
+        "mesh-from_string",
+        lambda e: lc.Mesh.from_string("|x=3,y=2|"),
+        lc.LayoutError,
+        ValueError,
+        _const("'|x=3,y=2|'"),
+    ),
     # -- Layout -------------------------------------------------------------------------------------
     Bad("layout-unknown-axis", lambda e: lc.Layout(["z", U], M32), lc.LayoutError, ValueError, _const("'z'")),
     Bad("layout-axis-on-two-dims", lambda e: lc.Layout(["x", "x"], M32), lc.LayoutError, ValueError, _const("'x'")),
-    Bad("layout-axis-twice-in-tuple", lambda e: lc.Layout([("x", "x")], M32), lc.LayoutError, ValueError, _const("'x'")),
-    Bad("layout-axis-in-tuple-and-dim", lambda e: lc.Layout([("x", "y"), "y"], M32), lc.LayoutError, ValueError, _const("'y'")),
+    Bad(
+        "layout-axis-twice-in-tuple", lambda e: lc.Layout([("x", "x")], M32), lc.LayoutError, ValueError, _const("'x'")
+    ),
+    Bad(
+        "layout-axis-in-tuple-and-dim",
+        lambda e: lc.Layout([("x", "y"), "y"], M32),
+        lc.LayoutError,
+        ValueError,
+        _const("'y'"),
+    ),
     Bad("layout-bad-entry", lambda e: lc.Layout([3, None], M32), lc.LayoutError, ValueError, _const("3")),
     Bad("layout-string-axes", lambda e: lc.Layout("xy", M32), lc.LayoutError, ValueError, _const("'xy'")),
     Bad("layout-mesh-not-a-mesh", lambda e: lc.Layout(["x"], "x=3"), lc.LayoutError, ValueError, _const("'x=3'")),
@@ -184,8 +204,20 @@ TABLE = [
         _const("('x',)"),
     ),
     # -- LayoutMap ----------------------------------------------------------------------------------
-    Bad("layoutmap-bad-regex", lambda e: lc.LayoutMap().__setitem__("dense[", ("x",)), lc.LayoutError, ValueError, _const("'dense['")),
-    Bad("layoutmap-reinsert", lambda e: _lm().__setitem__("dense.*", ("model",)), lc.LayoutError, ValueError, _const("'dense.*'")),
+    Bad(
+        "layoutmap-bad-regex",
+        lambda e: lc.LayoutMap().__setitem__("dense[", ("x",)),
+        lc.LayoutError,
+        ValueError,
+        _const("'dense['"),
+    ),
+    Bad(
+        "layoutmap-reinsert",
+        lambda e: _lm().__setitem__("dense.*", ("model",)),
+        lc.LayoutError,
+        ValueError,
+        _const("'dense.*'"),
+    ),
     Bad(
         "layoutmap-ambiguous",
         lambda e: _lm()["dense/kernel"],
@@ -195,7 +227,13 @@ TABLE = [
     ),
     Bad("layoutmap-bad-value", lambda e: lc.LayoutMap().__setitem__("a", 3), lc.LayoutError, ValueError, _const("3")),
     Bad("layoutmap-bad-match", lambda e: lc.LayoutMap(match="regex"), lc.LayoutError, ValueError, _const("'regex'")),
-    Bad("layoutmap-bad-on_multiple", lambda e: lc.LayoutMap(on_multiple="last"), lc.LayoutError, ValueError, _const("'last'")),
+    Bad(
+        "layoutmap-bad-on_multiple",
+        lambda e: lc.LayoutMap(on_multiple="last"),
+        lc.LayoutError,
+        ValueError,
+        _const("'last'"),
+    ),
     # -- pack -------------------------------------------------------------------------------------
     Bad("pack-too-few", lambda e: lc.pack(e.pieces()[:5], e.layout), lc.LayoutError, ValueError, _const("6", "5")),
     Bad(

@@ -154,7 +154,9 @@ def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, data: 
 
     missing = missing_capabilities(driver, layout, case.shape)
     if missing:
-        assert_refused(driver, missing, lambda: lc.call_with_layout(make, layout, case.shape), f"call_with_layout {case}")
+        assert_refused(
+            driver, missing, lambda: lc.call_with_layout(make, layout, case.shape), f"call_with_layout {case}"
+        )
         return
     tensor = lc.call_with_layout(make, layout, case.shape)
     assert_device_data(adapter, tensor, x, case, what="call_with_layout")

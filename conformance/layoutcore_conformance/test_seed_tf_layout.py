@@ -17,7 +17,9 @@ import layoutcore as lc
 from layoutcore import UNSHARDED as U
 
 DEVICES = [f"CPU:{i}" for i in range(6)]
-MESH = "|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|" + ",".join(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(6))
+MESH = "|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|" + ",".join(
+    f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(6)
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +28,15 @@ def mesh() -> lc.Mesh:
 
 
 def test_helpers_strings(mesh: lc.Mesh) -> None:
-    assert lc.Layout.batch_sharded(mesh, "x", rank=3).to_string() == "sharding_specs:x,unsharded,unsharded, mesh:" + MESH
+    assert (
+        lc.Layout.batch_sharded(mesh, "x", rank=3).to_string() == "sharding_specs:x,unsharded,unsharded, mesh:" + MESH
+    )
     assert lc.Layout.batch_sharded(mesh, "y", rank=3, axis=1).to_string() == (
         "sharding_specs:unsharded,y,unsharded, mesh:" + MESH
     )
-    assert lc.Layout.inner_sharded(mesh, "y", rank=3).to_string() == "sharding_specs:unsharded,unsharded,y, mesh:" + MESH
+    assert (
+        lc.Layout.inner_sharded(mesh, "y", rank=3).to_string() == "sharding_specs:unsharded,unsharded,y, mesh:" + MESH
+    )
     assert lc.Layout.replicated(mesh, rank=3).to_string() == (
         "sharding_specs:unsharded,unsharded,unsharded, mesh:" + MESH
     )
