@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -49,8 +50,9 @@ def _device_label(mesh: Mesh, position: int) -> str:
 def chunk_rule() -> RenderableType:
     """One strip per case: the elements of a dimension, grouped into the blocks of the chunk rule."""
     parts: list[RenderableType] = [
-        Text("The chunk rule: a dimension of size d split into n blocks has blocks of ceil(d / n) elements;", "bold"),
-        Text("the last non-empty block takes the remainder and the blocks after it are empty.\n", "bold"),
+        Text("The chunk rule: d elements in n blocks of ceil(d / n) each;", "bold"),
+        Text("the last non-empty block takes the remainder,", "bold"),
+        Text("the blocks after it are empty.\n", "bold"),
     ]
     for size, blocks in CHUNK_CASES:
         sizes = geometry.chunk_sizes(size, blocks)
@@ -200,7 +202,7 @@ PICTURES: dict[str, tuple[str, Callable[[], RenderableType]]] = {
 
 
 def render_svg(title: str, drawing: Callable[[], RenderableType]) -> str:
-    """The SVG text of one picture (deterministic: fixed width, colours and environment)."""
+    """The SVG text of one picture (deterministic: bounded width, fixed colours and environment)."""
     console = Console(
         record=True,
         width=WIDTH,
@@ -210,7 +212,10 @@ def render_svg(title: str, drawing: Callable[[], RenderableType]) -> str:
         legacy_windows=False,
         _environ={},
     )
-    console.print(drawing())
+    picture = drawing()
+    # Crop the canvas to the drawing, so that the SVG carries no empty right margin.
+    console.width = min(WIDTH, Measurement.get(console, console.options, picture).maximum)
+    console.print(picture)
     return console.export_svg(title=title)
 
 
