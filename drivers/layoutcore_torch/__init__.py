@@ -1,0 +1,115 @@
+"""layoutcore's PyTorch DTensor driver (``LAYOUTCORE_DRIVER=torch``).
+
+Importing this package does not import torch; the driver imports it when it is created, and
+starts the single-process simulation (a ``"fake"`` process group plus ``LocalTensorMode``) only
+on its first data operation, and only when no process group exists. See :class:`TorchDriver`.
+
+Public conversions (each binds an abstract mesh the way the driver does):
+
+* :func:`to_torch_mesh` / :func:`from_torch_mesh`: ``Mesh`` <-> ``DeviceMesh``.
+* :func:`to_torch_placements` / :func:`from_torch_placements`: ``Layout`` <-> placements.
+* :func:`distribute_module_parameters`: an ``nn.Module``'s parameters laid out by a ``LayoutMap``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from layoutcore import Layout, LayoutError, Mesh, get_driver
+
+from ._driver import TorchDriver
+from ._module import distribute_module_parameters
+
+__all__ = [
+    "TorchDriver",
+    "distribute_module_parameters",
+    "from_torch_mesh",
+    "from_torch_placements",
+    "release_simulation",
+    "to_torch_mesh",
+    "to_torch_placements",
+    "torch_driver",
+]
+
+
+def torch_driver() -> TorchDriver:
+    """The process's torch driver instance (``layoutcore.get_driver("torch")``).
+
+    Raises:
+        DriverUnavailableError: torch is not installed.
+        LayoutError: the name ``"torch"`` is registered to another driver class.
+    """
+    driver = get_driver("torch")
+    if not isinstance(driver, TorchDriver):
+        raise LayoutError(f"The 'torch' driver is {driver!r}, not layoutcore_torch.TorchDriver.", value=driver)
+    return driver
+
+
+def to_torch_mesh(mesh: Mesh) -> Any:
+    """The ``torch.distributed.DeviceMesh`` for ``mesh`` (an abstract mesh takes the first devices).
+
+    In the simulation the DeviceMesh covers ranks ``0 .. mesh.size-1`` in row-major order (the device
+    names are labels); in a real group device ``"CPU:r"`` is rank ``r``. Starts the simulation if no
+    process group exists yet.
+
+    Raises:
+        LayoutError: not a Mesh, or it needs devices the driver does not have.
+    """
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"to_torch_mesh expects a layoutcore Mesh. Received: {mesh!r}", value=mesh)
+    driver = torch_driver()
+    return driver.device_mesh(mesh.with_devices(driver.bind_mesh(mesh)))
+
+
+def from_torch_mesh(device_mesh: Any) -> Mesh:
+    """The layoutcore ``Mesh`` of a ``DeviceMesh``: the one it was made from by :func:`to_torch_mesh`,
+    else shape and ``mesh_dim_names`` with devices ``"CPU:<rank>"`` (``"CUDA:<rank>"``) in row-major order.
+
+    Raises:
+        LayoutError: the DeviceMesh has no ``mesh_dim_names``.
+    """
+    driver = torch_driver()
+    return driver.user_mesh(driver.mesh_of(device_mesh))
+
+
+def to_torch_placements(layout: Layout) -> tuple[Any, ...]:
+    """Torch placements of ``layout``, one per mesh axis in mesh order.
+
+    ``Shard(d)`` on each mesh axis that tensor axis ``d`` uses (repeated for a multi-axis entry), else
+    ``Replicate()``. For an uneven tensor axis over several mesh axes torch's placements chunk level by
+    level, unlike layoutcore's flat rule, so the driver refuses such a (layout, shape) pair.
+
+    Raises:
+        LayoutError: the layout has no mesh.
+        UnsupportedLayoutError: a tensor axis over several mesh axes out of mesh order.
+    """
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"to_torch_placements expects a layoutcore Layout. Received: {layout!r}", value=layout)
+    return torch_driver().placements(layout)
+
+
+def from_torch_placements(placements: Sequence[Any], device_mesh: Any, rank: int) -> Layout:
+    """The ``Layout`` of ``placements`` on ``device_mesh`` for a tensor of rank ``rank``.
+
+    Raises:
+        UnsupportedLayoutError: a ``Partial`` or ``_StridedShard`` placement.
+        LayoutError: the placement count differs from the mesh's rank, a Shard dim is out of range, or
+            the DeviceMesh has no ``mesh_dim_names``.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise LayoutError(f"rank must be an int >= 0. Received: rank={rank!r}", value=rank)
+    driver = torch_driver()
+    layout = driver.layout_from_placements(placements, device_mesh, rank)
+    assert layout.mesh is not None
+    return layout.with_mesh(driver.user_mesh(layout.mesh))
+
+
+def release_simulation() -> bool:
+    """End the single-process simulation so that a real process group can be started.
+
+    Destroys the ``"fake"`` default process group that the torch driver started (if it did), and
+    forgets every DeviceMesh made for it; DTensors made in the simulation cannot be used afterwards.
+    Returns whether a simulation was running.
+    """
+    return torch_driver().release_simulation()
