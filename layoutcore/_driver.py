@@ -325,7 +325,8 @@ class Driver(abc.ABC):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         devices = self.bind_mesh(mesh)
         positions = list(self.local_positions(mesh, devices))
-        components = list(components)
+        # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
+        components = [c if hasattr(c, "shape") and hasattr(c, "dtype") else np.asarray(c) for c in components]
         if len(components) != len(positions):
             raise LayoutError(
                 f"pack needs {len(positions)} components for {layout} (one per local device). "

@@ -92,6 +92,11 @@ class ShardedArray:
         return f"ShardedArray(shape={self._shape}, dtype={self._dtype}, layout={self._layout})"
 
 
+def _view(array: np.ndarray, index: tuple[slice, ...]) -> np.ndarray:
+    """``array[index]`` as an array view (a trailing ``...`` keeps rank 0 an array, not a scalar copy)."""
+    return array[(*index, Ellipsis)]
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
@@ -149,7 +154,7 @@ class NumpyDriver(Driver):
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
         array = np.asarray(value)
         shape = tuple(array.shape)
-        components = tuple(_readonly(array[tuple(slice(a, b) for a, b in b_)]) for b_ in _bounds(layout, shape))
+        components = tuple(_readonly(_view(array, tuple(slice(a, b) for a, b in b_))) for b_ in _bounds(layout, shape))
         return ShardedArray(components, layout, shape, array.dtype, devices)
 
     def native_unpack(self, tensor: ShardedArray) -> list[Any]:
@@ -203,7 +208,7 @@ class NumpyDriver(Driver):
                 slice(max(a, sa) - sa, min(b, sb) - sa) for (a, b), (sa, sb) in zip(target, bounds, strict=True)
             )
             dest = tuple(slice(max(a, sa) - a, min(b, sb) - a) for (a, b), (sa, sb) in zip(target, bounds, strict=True))
-            pieces.append((dest, tensor.components[position][local]))
+            pieces.append((dest, _view(tensor.components[position], local)))
         if len(pieces) == 1:
             return pieces[0][1]  # one source block covers it: a view, no copy
         out = np.empty(tuple(b - a for a, b in target), dtype=tensor.dtype)
