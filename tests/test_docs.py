@@ -38,6 +38,9 @@ MAX_NO_RUN = 3
 #: Pages that must keep runnable examples (guards against a fence-parsing slip running nothing).
 PAGES_WITH_EXAMPLES = ("index.md", "concepts.md", "layout-map.md", "driver-authors.md", "framework-mapping.md")
 
+#: Fence languages that are run; ``pycon`` (``>>>`` sessions) is refused rather than silently skipped.
+PYTHON_LANGUAGES = frozenset({"python", "py", "python3"})
+
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
 
 
@@ -53,7 +56,7 @@ class Block:
 
     @property
     def runnable(self) -> bool:
-        return self.language == "python" and "no-run" not in self.flags
+        return self.language in PYTHON_LANGUAGES and "no-run" not in self.flags
 
 
 def extract_blocks(text: str) -> list[Block]:
@@ -200,7 +203,7 @@ def test_extract_blocks_handles_nesting_indentation_and_flags() -> None:
         ("python", ("no-run",), "gpu()\n", 14),
         ("py", (), "y = 2\n", 17),
     ]
-    assert [b.runnable for b in blocks] == [False, True, False, False]
+    assert [b.runnable for b in blocks] == [False, True, False, True]
     assert "not run" in blocks[2].preceding
 
 
@@ -209,7 +212,7 @@ def test_no_run_blocks_are_rare_and_justified() -> None:
         (page, block)
         for page in documentation_pages()
         for block in extract_blocks(page.read_text("utf-8"))
-        if block.language == "python" and "no-run" in block.flags
+        if block.language in PYTHON_LANGUAGES and "no-run" in block.flags
     ]
     assert len(no_run) <= MAX_NO_RUN, [f"{_page_id(p)}:{b.line}" for p, b in no_run]
     unjustified = [f"{_page_id(p)}:{b.line}" for p, b in no_run if "not run" not in b.preceding.lower()]
@@ -225,6 +228,16 @@ def test_api_page_lists_exactly_the_public_names() -> None:
     unknown = sorted(listed - set(layoutcore.__all__))
     assert not missing, f"docs/api.md lacks a row for: {missing}"
     assert not unknown, f"docs/api.md documents names layoutcore does not export: {unknown}"
+
+
+def test_no_interactive_sessions_that_would_escape_the_runner() -> None:
+    sessions = [
+        f"{_page_id(page)}:{block.line}"
+        for page in documentation_pages()
+        for block in extract_blocks(page.read_text("utf-8"))
+        if block.language in {"pycon", "doctest"} or (block.language in PYTHON_LANGUAGES and ">>> " in block.code)
+    ]
+    assert not sessions, f"write these as ```python blocks with assert statements, which the tests run: {sessions}"
 
 
 def _nav_pages() -> set[str]:
