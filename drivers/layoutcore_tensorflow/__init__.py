@@ -1,0 +1,42 @@
+"""layoutcore's TensorFlow driver: :class:`~layoutcore.Mesh` and :class:`~layoutcore.Layout` on ``tf.experimental.dtensor``.
+
+Select it with ``LAYOUTCORE_DRIVER=tensorflow``, ``layoutcore.set_driver("tensorflow")`` or
+``driver="tensorflow"``. Importing this package does not import TensorFlow; the driver imports it
+on first use, after applying ``LAYOUTCORE_CPU_DEVICES`` as TF logical CPU devices.
+
+Public conversions (round-trip tested): :func:`to_tensorflow_mesh` / :func:`from_tensorflow_mesh`,
+:func:`to_tensorflow_layout` / :func:`from_tensorflow_layout`, and the seed ``Layout`` API's binary
+forms :func:`as_proto`, :func:`serialized_string`, :func:`mesh_proto`, :func:`from_str`,
+:func:`from_proto`. Multi-client runs start with :func:`initialize_multi_client`.
+"""
+
+from __future__ import annotations
+
+from ._convert import (
+    as_proto,
+    from_proto,
+    from_str,
+    from_tensorflow_layout,
+    from_tensorflow_mesh,
+    mesh_proto,
+    serialized_string,
+    to_tensorflow_layout,
+    to_tensorflow_mesh,
+)
+from ._driver import TensorFlowDriver
+from ._runtime import MultiClientInitError, initialize_multi_client
+
+__all__ = [
+    "MultiClientInitError",
+    "TensorFlowDriver",
+    "as_proto",
+    "from_proto",
+    "from_str",
+    "from_tensorflow_layout",
+    "from_tensorflow_mesh",
+    "initialize_multi_client",
+    "mesh_proto",
+    "serialized_string",
+    "to_tensorflow_layout",
+    "to_tensorflow_mesh",
+]

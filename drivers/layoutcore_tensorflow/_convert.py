@@ -1,0 +1,283 @@
+"""Conversions between layoutcore's values and ``tf.experimental.dtensor``'s.
+
+* :func:`to_tensorflow_mesh` / :func:`from_tensorflow_mesh`: :class:`~layoutcore.Mesh` and
+  ``dtensor.Mesh`` (full device names, global ids ``0..n-1`` in row-major order);
+* :func:`to_tensorflow_layout` / :func:`from_tensorflow_layout`: :class:`~layoutcore.Layout` and
+  ``dtensor.Layout``;
+* the binary protobuf forms of the seed's ``Layout`` API, through TF's own protos:
+  :func:`as_proto`, :func:`serialized_string`, :func:`mesh_proto`, :func:`from_str` and
+  :func:`from_proto`.
+
+Conversions are cached on the hashable layoutcore values, both ways. A native value that
+layoutcore cannot represent (a single-device, ``parted`` or remote layout, TF's ``match``
+token, several mesh axes on one tensor axis) raises :class:`~layoutcore.LayoutError` or
+:class:`~layoutcore.UnsupportedLayoutError` without reaching any of the TF calls that crash
+the interpreter on odd input (FACTS §5).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from layoutcore import Layout, LayoutError, Mesh, get_driver
+
+from ._runtime import canonical_names, configure_cpu_devices, full_name, global_device_names, tf_modules
+
+__all__ = [
+    "as_proto",
+    "from_proto",
+    "from_str",
+    "from_tensorflow_layout",
+    "from_tensorflow_mesh",
+    "mesh_proto",
+    "serialized_string",
+    "to_tensorflow_layout",
+    "to_tensorflow_mesh",
+]
+
+_lock = threading.Lock()
+# (mesh, bound devices) -> dtensor.Mesh; (layout, bound devices) -> dtensor.Layout.
+_native_meshes: dict[tuple[Mesh, tuple[str, ...]], Any] = {}
+_native_layouts: dict[tuple[Layout, tuple[str, ...]], Any] = {}
+# dtensor.Layout.to_string() -> concrete layoutcore Layout. TF's own __hash__ serialises a
+# proto (~12 us); its string is built in C++ (~2 us), so the string is the key.
+_from_native: dict[str, Layout] = {}
+
+
+def native_mesh(mesh: Mesh, devices: tuple[str, ...], local: frozenset[str]) -> Any:
+    """The ``dtensor.Mesh`` of ``mesh`` bound to ``devices`` (row-major); ``local``: this client's."""
+    key = (mesh, devices)
+    try:
+        return _native_meshes[key]
+    except KeyError:
+        pass
+    _, dtensor = tf_modules()
+    positions = [p for p, d in enumerate(devices) if d in local]
+    if not positions:
+        # A mesh with no device here is a "remote" DTensor mesh; TF segfaults on some uses.
+        raise LayoutError(f"{mesh!r} has no device in this client ({sorted(local)}); TF cannot use it here.", value=mesh)
+    native = dtensor.Mesh(
+        dim_names=list(mesh.axis_names),
+        global_device_ids=np.arange(mesh.size).reshape(mesh.shape),
+        local_device_ids=positions,
+        local_devices=[full_name(devices[p]) for p in positions],
+        mesh_name=mesh.name,
+    )
+    with _lock:
+        _native_meshes.setdefault(key, native)
+    return _native_meshes[key]
+
+
+def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str]) -> Any:
+    """The ``dtensor.Layout`` of ``layout`` (mesh bound to ``devices``), cached."""
+    key = (layout, devices)
+    try:
+        return _native_layouts[key]
+    except KeyError:
+        pass
+    _, dtensor = tf_modules()
+    mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    native = dtensor.Layout(layout.sharding_specs, native_mesh(mesh, devices, local))
+    concrete = layout if mesh.devices == devices else layout.with_mesh(mesh.with_devices(devices))
+    with _lock:
+        _native_layouts.setdefault(key, native)
+        _from_native.setdefault(native.to_string(), concrete)
+    return _native_layouts[key]
+
+
+def _bind(mesh: Mesh) -> tuple[tuple[str, ...], frozenset[str]]:
+    driver = get_driver("tensorflow")
+    return driver.bind_mesh(mesh), driver.local_devices  # type: ignore[attr-defined]
+
+
+def to_tensorflow_mesh(mesh: Mesh) -> Any:
+    """The ``tf.experimental.dtensor.Mesh`` of ``mesh``.
+
+    An abstract mesh is bound to the tensorflow driver's first ``mesh.size`` devices. Global
+    device ids run ``0..size-1`` in row-major order and the devices are listed by full name
+    (``/job:localhost/replica:0/task:0/device:CPU:0``), so ``to_string()`` is the same text
+    as ``mesh.to_string()`` for a mesh of this process's devices.
+
+    Raises:
+        LayoutError: ``mesh`` is not a Mesh, or names devices TF does not have.
+    """
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"Expected a layoutcore Mesh. Received: {mesh!r}", value=mesh)
+    devices, local = _bind(mesh)
+    return native_mesh(mesh, devices, local)
+
+
+def to_tensorflow_layout(layout: Layout) -> Any:
+    """The ``tf.experimental.dtensor.Layout`` of ``layout`` (its mesh converted as by :func:`to_tensorflow_mesh`).
+
+    Raises:
+        LayoutError: not a Layout, or a layout without a mesh.
+        UnsupportedLayoutError: an entry spans several mesh axes (TF cannot express it).
+    """
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"Expected a layoutcore Layout. Received: {layout!r}", value=layout)
+    if layout.mesh is None:
+        raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
+    layout.sharding_specs  # noqa: B018 - raises UnsupportedLayoutError for a multi-axis entry
+    devices, local = _bind(layout.mesh)
+    return native_layout(layout, devices, local)
+
+
+def _mesh_devices(native: Any, text: str) -> list[str] | None:
+    """The row-major device list of a native mesh, or ``None`` where only some are known here."""
+    size = int(native.size)
+    ids = [int(i) for i in np.ravel(native.global_device_ids())]
+    if ids != list(range(size)):
+        raise LayoutError(f"Global device ids must be 0..{size - 1} in row-major order. Received {ids} in {text!r}", value=text)
+    local_ids = [int(i) for i in native.local_device_ids()]
+    local_devices = list(native.local_devices())
+    if sorted(local_ids) == ids:
+        # TF places the device with global id g at mesh position g.
+        by_id = dict(zip(local_ids, local_devices, strict=True))
+        return [by_id[g] for g in range(size)]
+    if list(native.global_devices()):
+        return list(native.global_devices())
+    cluster, _ = global_device_names()
+    local = canonical_names(local_devices)
+    if len(cluster) == size and all(cluster[g] == d for g, d in zip(local_ids, local, strict=True)):
+        return list(cluster)  # a multi-client mesh over the whole cluster, as create_distributed_mesh makes
+    return None
+
+
+def from_tensorflow_mesh(native: Any) -> Mesh:
+    """The layoutcore :class:`~layoutcore.Mesh` of a ``dtensor.Mesh``.
+
+    A multi-client mesh over the whole cluster gives every client's devices; a mesh that lists
+    only some of its devices and no global device list gives an abstract mesh.
+
+    Raises:
+        LayoutError: not a ``dtensor.Mesh``; a single-device mesh (no axes); a remote mesh
+            (no device in this process, which TF crashes on); axis names layoutcore rejects
+            (``,``, ``|``, ``=``, whitespace, ``unsharded``, ``match``: TF's own ``from_string``
+            crashes on some of them); ids that are not ``0..n-1`` row-major.
+    """
+    configure_cpu_devices()
+    _, dtensor = tf_modules()
+    if not isinstance(native, dtensor.Mesh):
+        raise LayoutError(f"Expected a tf.experimental.dtensor.Mesh. Received: {native!r}", value=native)
+    text = native.to_string()
+    if native.is_single_device():
+        raise LayoutError(f"A single-device DTensor mesh has no axes and is not a layoutcore Mesh: {text!r}", value=native)
+    if native.is_remote():
+        raise LayoutError(
+            f"A remote DTensor mesh (no device in this process) cannot be used here: {text!r}. Convert it in a "
+            "process that holds its devices.",
+            value=native,
+        )
+    names = list(native.dim_names)
+    shape = [int(s) for s in native.shape()]
+    mesh = Mesh(shape, names, name=native.name)  # validates the names before anything parses them
+    devices = _mesh_devices(native, text)
+    return mesh if devices is None else mesh.with_devices(devices)
+
+
+def from_tensorflow_layout(native: Any) -> Layout:
+    """The layoutcore :class:`~layoutcore.Layout` of a ``dtensor.Layout``, on a concrete mesh.
+
+    Raises:
+        LayoutError: not a ``dtensor.Layout``; a single-device (``maximal``) or ``parted``
+            layout; TF's ``match`` token; any error of :func:`from_tensorflow_mesh`.
+    """
+    configure_cpu_devices()
+    _, dtensor = tf_modules()
+    if not isinstance(native, dtensor.Layout):
+        raise LayoutError(f"Expected a tf.experimental.dtensor.Layout. Received: {native!r}", value=native)
+    text = native.to_string()
+    try:
+        return _from_native[text]
+    except KeyError:
+        pass
+    if native.is_single_device() or native.type.name != "STATIC":
+        raise LayoutError(
+            f"Only static sharded layouts are layoutcore layouts; {native.type.name.lower()} layout {text!r} is not.",
+            value=native,
+        )
+    specs = list(native.sharding_specs)
+    if dtensor.MATCH in specs:
+        raise LayoutError(f"TF's {dtensor.MATCH!r} placeholder is not a layout. Received: {text!r}", value=native)
+    layout = Layout(specs, from_tensorflow_mesh(native.mesh))
+    with _lock:
+        _from_native.setdefault(text, layout)
+    return layout
+
+
+# -- the seed's binary forms -------------------------------------------------------------------------
+def as_proto(value: Layout | Mesh) -> Any:
+    """TF's ``LayoutProto`` of a Layout or ``MeshProto`` of a Mesh (the seed's ``Layout.as_proto()``).
+
+    Raises:
+        LayoutError, UnsupportedLayoutError: as :func:`to_tensorflow_layout` / :func:`to_tensorflow_mesh`.
+    """
+    if isinstance(value, Mesh):
+        return to_tensorflow_mesh(value).as_proto()
+    return to_tensorflow_layout(value).as_proto()
+
+
+def mesh_proto(layout: Layout) -> Any:
+    """The ``MeshProto`` of ``layout``'s mesh (the seed's ``Layout.mesh_proto()``)."""
+    return as_proto(layout).mesh_config
+
+
+def serialized_string(value: Layout | Mesh) -> bytes:
+    """The serialized protobuf of ``value`` (the seed's ``Layout.serialized_string()``)."""
+    return as_proto(value).SerializeToString()  # type: ignore[no-any-return]
+
+
+def from_proto(proto: Any) -> Layout | Mesh:
+    """The Layout of a ``LayoutProto`` or the Mesh of a ``MeshProto``, parsed by TF.
+
+    Raises:
+        LayoutError: not one of those protos, or a value :func:`from_tensorflow_layout` refuses.
+    """
+    configure_cpu_devices()
+    _, dtensor = tf_modules()
+    from tensorflow.dtensor.proto import layout_pb2
+
+    if isinstance(proto, layout_pb2.MeshProto):
+        _check_proto_names(proto)
+        return from_tensorflow_mesh(dtensor.Mesh.from_proto(proto))
+    if isinstance(proto, layout_pb2.LayoutProto):
+        _check_proto_names(proto.mesh_config)
+        return from_tensorflow_layout(dtensor.Layout.from_proto(proto))
+    raise LayoutError(f"Expected a dtensor LayoutProto or MeshProto. Received: {type(proto).__name__}", value=proto)
+
+
+def from_str(data: bytes) -> Layout:
+    """The Layout of a serialized ``LayoutProto`` (the seed's ``Layout.from_str(layout_str: bytes)``).
+
+    Raises:
+        LayoutError: ``data`` is not bytes or not a valid serialized layout.
+    """
+    if not isinstance(data, (bytes, bytearray)):
+        raise LayoutError(f"from_str expects the bytes of a serialized LayoutProto. Received: {data!r}", value=data)
+    tf_modules()
+    from google.protobuf.message import DecodeError
+    from tensorflow.dtensor.proto import layout_pb2
+
+    proto = layout_pb2.LayoutProto()
+    try:
+        proto.ParseFromString(bytes(data))
+    except DecodeError as exc:
+        raise LayoutError(f"Not a serialized LayoutProto ({exc}): {bytes(data)[:60]!r}", value=data) from None
+    if not proto.HasField("mesh_config"):
+        raise LayoutError(f"The serialized LayoutProto has no mesh: {bytes(data)[:60]!r}", value=data)
+    layout = from_proto(proto)
+    assert isinstance(layout, Layout)
+    return layout
+
+
+def _check_proto_names(mesh: Any) -> None:
+    # TF builds its C++ mesh from these names and crashes on some (FACTS §5.1); check them first.
+    try:
+        Mesh([max(int(d.size), 1) for d in mesh.mesh_dimensions] or [1], [d.name for d in mesh.mesh_dimensions] or ["d"])
+    except LayoutError as exc:
+        raise LayoutError(f"The mesh proto holds a mesh layoutcore cannot represent: {exc}", value=mesh) from None
+
