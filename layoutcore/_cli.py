@@ -220,6 +220,7 @@ def _cmd_drivers(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace, extra: list[str]) -> int:
+    _load_driver(args.driver)  # a bad name is one line here, not one error per collected test
     try:
         runner = importlib.import_module("layoutcore_conformance._runner")
     except ImportError as exc:
@@ -231,13 +232,17 @@ def _cmd_conformance(args: argparse.Namespace, extra: list[str]) -> int:
     return int(runner.run(list(pytest_args), driver=args.driver))
 
 
+def _load_driver(name: str | None) -> lc.Driver:
+    try:
+        return lc.get_driver(name)
+    except (lc.DriverNotFoundError, lc.DriverUnavailableError, lc.ConfigurationError) as exc:
+        raise UsageError(f"--driver {name or lc.active_driver_name()!r}: {exc}") from None
+
+
 def _cmd_tour(args: argparse.Namespace, extra: list[str]) -> int:
     # Before the driver is first created, so that every framework starts with the guide's 6 devices.
     os.environ.setdefault(lc.CPU_DEVICES_ENV, str(TOUR_DEVICES))
-    try:
-        driver = lc.get_driver(args.driver)
-    except (lc.DriverNotFoundError, lc.DriverUnavailableError) as exc:
-        raise UsageError(f"--driver {args.driver or lc.active_driver_name()!r}: {exc}") from None
+    driver = _load_driver(args.driver)
     available = driver.list_devices()
     if len(available) < TOUR_DEVICES:
         raise UsageError(

@@ -429,16 +429,23 @@ def test_conformance_passes_pytest_args_and_driver_to_the_runner(
     runner = types.ModuleType("layoutcore_conformance._runner")
     runner.run = fake_run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "layoutcore_conformance._runner", runner)
+    layoutcore.register_driver("mydriver", _Renamed)
     assert main(["conformance", "--driver", "mydriver", "-x", "-k", "pack and not slow"]) == 5
-    assert main(["--driver", "jax", "conformance", "-q"]) == 5
+    assert main(["--driver", "numpy", "conformance", "-q"]) == 5
     assert main(["conformance", "--", "--collect-only"]) == 5
     assert main(["conformance"]) == 5
     assert calls == [
         (["-x", "-k", "pack and not slow"], "mydriver"),
-        (["-q"], "jax"),
+        (["-q"], "numpy"),
         (["--collect-only"], None),
         ([], None),
     ]
+
+
+def test_conformance_with_an_unknown_driver_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "conformance", "--driver", "nosuchdriver", "-q")
+    assert (code, out) == (2, "")
+    assert err.startswith("layoutcore conformance: error: --driver 'nosuchdriver'") and err.count("\n") == 1
 
 
 def test_conformance_without_its_runner_exits_2(
@@ -512,6 +519,18 @@ def test_console_script_tour_sets_six_devices() -> None:
     assert done.returncode == 0, done.stderr
     assert "(6 available; LAYOUTCORE_CPU_DEVICES=6)" in done.stdout
     assert "All 16 checks passed on the 'numpy' driver." in done.stdout
+
+
+def test_console_script_runs_the_real_conformance_suite(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [_script(), "conformance", "--driver", "numpy", "-q", "-p", "no:cacheprovider", "-k", "seed_dtensor_guide"],
+        capture_output=True,
+        text=True,
+        env=_subprocess_env(),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert re.search(r"\b\d+ passed\b", done.stdout) and "failed" not in done.stdout
 
 
 def test_importing_the_cli_loads_neither_rich_nor_a_framework() -> None:
