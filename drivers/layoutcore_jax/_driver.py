@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import math
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,14 +80,17 @@ class JaxDriver(Driver):
         import jax
 
         self._jax = jax
+        self._named_sharding_type = jax.sharding.NamedSharding
         self._axis_types: AxisTypeName = axis_types
         self._by_name = _devices_by_name()  # applies LAYOUTCORE_CPU_DEVICES before JAX starts
         self._names = list(self._by_name)
         self._multiprocess = jax.process_count() > 1
         self._process_index = jax.process_index()
         self._shardings: dict[Layout, NamedSharding] = {}
-        # jax.sharding.Mesh has no name: remember which layoutcore mesh each JAX mesh came from.
-        self._mesh_of: dict[jax.sharding.Mesh, Mesh] = {}
+        # id(array) -> (weak reference, layout) for every array this driver made. A NamedSharding
+        # cannot tell meshes apart that differ only by name, or abstract from concrete, so
+        # fetch_layout answers from here what the sharding alone could not.
+        self._made: dict[int, tuple[weakref.ref[Any], Layout]] = {}
         self._mesh_order: dict[jax.sharding.Mesh, tuple[jax.Device, ...]] = {}
         self._fetched = _BoundedCache()
         self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
@@ -98,30 +103,28 @@ class JaxDriver(Driver):
         Raises:
             LayoutError: ``layout`` has no mesh, or its mesh cannot be bound (see ``bind_mesh``).
         """
-        sharding = self._shardings.get(layout)
-        if sharding is None:
-            if not isinstance(layout, Layout) or layout.mesh is None:
-                self.check_layout(layout, ())
-            return self._sharding(layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
-        self._mesh_of[sharding.mesh] = self._concrete(layout)
-        return sharding
-
-    def _concrete(self, layout: Layout) -> Mesh:
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
-        return mesh if mesh.devices is not None else mesh.with_devices(self.bind_mesh(mesh))
+        if not isinstance(layout, Layout) or layout.mesh is None:
+            self.check_layout(layout, ())
+        return self._sharding(layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
 
     def _sharding(self, layout: Layout, devices: tuple[str, ...]) -> NamedSharding:
         sharding = self._shardings.get(layout)
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
         if sharding is None:
+            mesh: Mesh = layout.mesh  # type: ignore[assignment]
             concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
             sharding = _to_named_sharding(Layout(layout.axes, concrete), self._axis_types)
             self._shardings[layout] = sharding
-            self._mesh_of[sharding.mesh] = concrete
-        elif mesh.name or self._mesh_of.get(sharding.mesh, mesh).name:
-            # Meshes that differ only by name map to one JAX mesh; the latest one used names it.
-            self._mesh_of[sharding.mesh] = mesh if mesh.devices is not None else mesh.with_devices(devices)
         return sharding
+
+    def _remember(self, array: jax.Array, layout: Layout) -> jax.Array:
+        key = id(array)
+        made = self._made
+
+        def forget(_: object) -> None:
+            made.pop(key, None)
+
+        made[key] = (weakref.ref(array, forget), layout)
+        return array
 
     # -- required hooks --------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -131,7 +134,17 @@ class JaxDriver(Driver):
         return [name for name in self._names if name.split("/device:")[-1].startswith(prefix)]
 
     def is_distributed(self, value: Any) -> bool:
-        return isinstance(value, self._jax.Array) and not isinstance(value, self._jax.core.Tracer)
+        """A concrete ``jax.Array`` on a ``NamedSharding``.
+
+        An array on one device (``SingleDeviceSharding``, what ``jnp.asarray`` makes) is a plain
+        value, as a NumPy array is: ``distribute_tensor`` places it, and the functions that need a
+        distributed tensor refuse it with ``NotDistributedError``.
+        """
+        return (
+            isinstance(value, self._jax.Array)
+            and not isinstance(value, self._jax.core.Tracer)
+            and isinstance(value.sharding, self._named_sharding_type)
+        )
 
     def prepare_input(self, value: Any) -> Any:
         if isinstance(value, np.ndarray | self._jax.Array):
@@ -140,7 +153,7 @@ class JaxDriver(Driver):
         return np.asarray(value)
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self._jax.device_put(value, self._sharding(layout, devices))
+        return self._remember(self._jax.device_put(value, self._sharding(layout, devices)), layout)
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
         shards = tensor.addressable_shards
@@ -169,21 +182,25 @@ class JaxDriver(Driver):
             jax.device_put(component, self._by_name[devices[p]])
             for p, component in zip(positions, components, strict=True)
         ]
-        return jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)
+        return self._remember(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays), layout)
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self._jax.device_put(tensor, self._sharding(layout, devices))
+        return self._remember(self._jax.device_put(tensor, self._sharding(layout, devices)), layout)
+
+    def fetch_layout(self, tensor: Any) -> Layout:
+        """The layout ``tensor`` was made with by this driver; for any other array on a
+        ``NamedSharding`` (a JAX computation's result), the layout its sharding converts to."""
+        tensor = self.require_distributed(tensor, "fetch_layout")
+        entry = self._made.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return super().fetch_layout(tensor)
 
     def native_fetch_layout(self, tensor: jax.Array) -> Layout:
-        sharding = tensor.sharding
-        named = self._mesh_of.get(sharding.mesh) if hasattr(sharding, "mesh") else None
-        key = (sharding, tensor.ndim, named)
+        key = (tensor.sharding, tensor.ndim)
         layout = self._fetched.get(key)
         if layout is None:
-            layout = from_jax_sharding(sharding, tensor.ndim)
-            if named is not None and named != layout.mesh:
-                layout = Layout(layout.axes, named)
-            self._fetched.put(key, layout)
+            layout = self._fetched.put(key, from_jax_sharding(tensor.sharding, tensor.ndim))
         return layout  # type: ignore[no-any-return]
 
     def native_to_numpy(self, tensor: jax.Array) -> np.ndarray:
@@ -247,11 +264,11 @@ class JaxDriver(Driver):
                 call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
                 return fn(*call_args, **call_kwargs)
 
-            entry = [jax.jit(call, out_shardings=self._sharding(layout, devices)), call, False]
+            entry = [jax.jit(call, out_shardings=self._sharding(layout, devices)), call, None]
             if key is not None:
                 self._compiled.put(key, entry)
-        jitted, plain, checked = entry
-        if not checked:
+        jitted, plain, out = entry
+        if out is None:
             out = jax.eval_shape(plain, *dynamic)
             if not isinstance(out, jax.ShapeDtypeStruct):
                 raise LayoutError(
@@ -260,8 +277,15 @@ class JaxDriver(Driver):
             # Refuse uneven or wrong-rank results with layoutcore's own errors before jit sees them.
             self.check_layout(layout, tuple(int(s) for s in out.shape))
             if not dynamic:  # the result's shape depends on the static arguments only: checked for good
-                entry[2] = True
-        return jitted(*dynamic)  # type: ignore[no-any-return]
+                entry[2] = out
+        sharding = self._sharding(layout, devices)
+        if math.prod(out.shape) == 0:
+            # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
+            return self._remember(jax.device_put(np.empty(out.shape, out.dtype), sharding), layout)
+        result = jitted(*dynamic)
+        if result.sharding != sharding:  # jit honours out_shardings; never hand back anything else
+            raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
+        return self._remember(result, layout)
 
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"
