@@ -220,7 +220,7 @@ def _cmd_drivers(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace, extra: list[str]) -> int:
-    _load_driver(args.driver)  # a bad name is one line here, not one error per collected test
+    _check_driver_name(args.driver)  # a bad name is one line here, not one error per collected test
     try:
         runner = importlib.import_module("layoutcore_conformance._runner")
     except ImportError as exc:
@@ -232,24 +232,38 @@ def _cmd_conformance(args: argparse.Namespace, extra: list[str]) -> int:
     return int(runner.run(list(pytest_args), driver=args.driver))
 
 
-def _load_driver(name: str | None) -> lc.Driver:
+def _load_driver(name: str) -> lc.Driver:
     try:
         return lc.get_driver(name)
     except (lc.DriverNotFoundError, lc.DriverUnavailableError, lc.ConfigurationError) as exc:
-        raise UsageError(f"--driver {name or lc.active_driver_name()!r}: {exc}") from None
+        raise UsageError(f"--driver {name!r}: {exc}") from None
+
+
+def _check_driver_name(name: str | None) -> None:
+    """Refuse an unknown or uninstalled driver without creating it: the conformance suite
+    configures the framework (device count) itself, before the driver's first use."""
+    name = name or lc.active_driver_name()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a broken plug-in is reported by its own info below
+        infos = {info.name: info for info in lc.driver_infos()}
+    if name not in infos:
+        raise UsageError(f"--driver {name!r}: no such driver; installed drivers: {sorted(infos)}")
+    if not infos[name].installed:
+        raise UsageError(f"--driver {name!r}: {infos[name].problem or 'not installed'} ({infos[name].install_hint})")
 
 
 def _cmd_tour(args: argparse.Namespace, extra: list[str]) -> int:
     # Before the driver is first created, so that every framework starts with the guide's 6 devices.
     os.environ.setdefault(lc.CPU_DEVICES_ENV, str(TOUR_DEVICES))
-    driver = _load_driver(args.driver)
+    name = args.driver or lc.active_driver_name()
+    driver = _load_driver(name)
     available = driver.list_devices()
     if len(available) < TOUR_DEVICES:
         raise UsageError(
             f"the tour needs {TOUR_DEVICES} devices but the {driver.name!r} driver has {len(available)} "
             f"({available}); set {lc.CPU_DEVICES_ENV}={TOUR_DEVICES} before the framework starts"
         )
-    with lc.use_driver(driver.name):
+    with lc.use_driver(name):  # the registered name, which a plug-in's class may spell differently
         return _Tour(_console(), driver, available).run()
 
 

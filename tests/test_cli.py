@@ -448,6 +448,14 @@ def test_conformance_with_an_unknown_driver_exits_2(capsys: pytest.CaptureFixtur
     assert err.startswith("layoutcore conformance: error: --driver 'nosuchdriver'") and err.count("\n") == 1
 
 
+def test_conformance_with_an_uninstalled_driver_exits_2_with_the_install_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    layoutcore.register_driver("needsmissing", _NeedsMissingModule)
+    code, _, err = run(capsys, "conformance", "--driver", "needsmissing")
+    assert code == 2 and "layoutcore_test_no_such_module" in err and "pip install needsmissing" in err
+
+
 def test_conformance_without_its_runner_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
