@@ -58,8 +58,7 @@ def to_torch_mesh(mesh: Mesh) -> Any:
     """
     if not isinstance(mesh, Mesh):
         raise LayoutError(f"to_torch_mesh expects a layoutcore Mesh. Received: {mesh!r}", value=mesh)
-    driver = torch_driver()
-    return driver.device_mesh(mesh.with_devices(driver.bind_mesh(mesh)))
+    return torch_driver().device_mesh(mesh)
 
 
 def from_torch_mesh(device_mesh: Any) -> Mesh:
@@ -69,8 +68,7 @@ def from_torch_mesh(device_mesh: Any) -> Mesh:
     Raises:
         LayoutError: the DeviceMesh has no ``mesh_dim_names``.
     """
-    driver = torch_driver()
-    return driver.user_mesh(driver.mesh_of(device_mesh))
+    return torch_driver().mesh_of(device_mesh)
 
 
 def to_torch_placements(layout: Layout) -> tuple[Any, ...]:
@@ -99,10 +97,7 @@ def from_torch_placements(placements: Sequence[Any], device_mesh: Any, rank: int
     """
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise LayoutError(f"rank must be an int >= 0. Received: rank={rank!r}", value=rank)
-    driver = torch_driver()
-    layout = driver.layout_from_placements(placements, device_mesh, rank)
-    assert layout.mesh is not None
-    return layout.with_mesh(driver.user_mesh(layout.mesh))
+    return torch_driver().layout_from_placements(placements, device_mesh, rank)
 
 
 def release_simulation() -> bool:

@@ -192,15 +192,19 @@ class TorchDriver(Driver):
         return [f"{kind}:{r}" for r in range(size)]
 
     def device_mesh(self, mesh: Mesh) -> Any:
-        """The ``DeviceMesh`` of a concrete (device-bound) ``mesh``, created once per world."""
+        """The ``DeviceMesh`` of ``mesh`` (abstract or device-bound), created once per Mesh value and world.
+
+        Each Mesh value gets its own DeviceMesh (equal ones compare ``==`` in torch), so that
+        :meth:`fetch_layout` returns exactly the mesh a tensor was made with.
+        """
         try:
             return self._device_meshes[mesh]
         except KeyError:
             pass
         world = self.world()
-        assert mesh.devices is not None
+        devices = self.bind_mesh(mesh)
         # Simulated: position p is rank p (module docstring); real: device "CPU:r" is rank r.
-        ranks = list(range(mesh.size)) if world.simulated else [_rank_of(d) for d in mesh.devices]
+        ranks = list(range(mesh.size)) if world.simulated else [_rank_of(d) for d in devices]
         torch = self._torch
         grid = torch.tensor(ranks, dtype=torch.int64).reshape(mesh.shape)
         with self._session(mesh.size):
@@ -211,10 +215,11 @@ class TorchDriver(Driver):
         return native
 
     def mesh_of(self, device_mesh: Any) -> Mesh:
-        """The concrete layoutcore Mesh of a ``DeviceMesh`` (the one it was made from, if any).
+        """The layoutcore Mesh of a ``DeviceMesh``: the one it was made from by :meth:`device_mesh`, else a
+        concrete mesh of its shape and ``mesh_dim_names`` over devices ``"CPU:<rank>"`` (row-major).
 
         Raises:
-            LayoutError: the DeviceMesh has no ``mesh_dim_names``.
+            LayoutError: a foreign DeviceMesh without ``mesh_dim_names``.
         """
         known = self._mesh_of.get(id(device_mesh))
         if known is not None and self._device_meshes.get(known) is device_mesh:
@@ -335,7 +340,7 @@ class TorchDriver(Driver):
             ) from None
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
-        mesh = _concrete(layout, devices)
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = self.placements(layout)
         if self.world().simulated:
@@ -355,14 +360,13 @@ class TorchDriver(Driver):
                 per_rank = _private.local_tensors(local)
                 return [per_rank[p] for p in range(mesh.size)]
             return [local] * mesh.size
-        assert mesh.devices is not None
-        return [local] * len(self.local_positions(mesh, mesh.devices))
+        return [local] * len(self.local_positions(mesh, self.bind_mesh(mesh)))
 
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
         torch = self._torch
-        mesh = _concrete(layout, devices)
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = self.placements(layout)
         tensors = [c if isinstance(c, torch.Tensor) else self.prepare_input(c) for c in components]
@@ -383,7 +387,7 @@ class TorchDriver(Driver):
         )
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
-        mesh = _concrete(layout, devices)
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = self.placements(layout)
         if tuple(tensor.placements) == placements and tensor.device_mesh is device_mesh:
@@ -393,6 +397,10 @@ class TorchDriver(Driver):
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
         return self.layout_from_placements(tensor.placements, tensor.device_mesh, tensor.ndim)
+
+    def fetch_layout(self, tensor: Any) -> Layout:
+        """The layout ``tensor`` was made with: its mesh is the very Mesh value given (maybe abstract)."""
+        return self.native_fetch_layout(self.require_distributed(tensor, "fetch_layout"))
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         mesh = self.mesh_of(tensor.device_mesh)
@@ -428,7 +436,7 @@ class TorchDriver(Driver):
             return super().native_call_with_layout(fn, layout, devices, args, kwargs)
         size, extra, options = parsed
         self.check_layout(layout, size)
-        mesh = _concrete(layout, devices)
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         with self._session(mesh.size):
             return factory(size, *extra, device_mesh=device_mesh, placements=self.placements(layout), **options)
@@ -467,12 +475,6 @@ class TorchDriver(Driver):
             tensor, copy = tensor.float(), False
         out = tensor.numpy()
         return out.copy() if copy else out
-
-
-def _concrete(layout: Layout, devices: tuple[str, ...]) -> Mesh:
-    mesh = layout.mesh
-    assert mesh is not None
-    return mesh if mesh.devices == devices else mesh.with_devices(devices)
 
 
 def _rank_of(device: str) -> int:
