@@ -142,11 +142,16 @@ def _extent(length: int, longest: int, largest: int, smallest: int) -> int:
     return max(smallest, round(largest * length / longest))
 
 
-def _cell(block: Block, color: str, height: int) -> RenderableType:
+def _label(block: Block) -> Text:
     label = Text(", ".join(block.devices) if block.devices else "(no device)")
     label.append("\n" + format_bounds(block.bounds), style="italic")
     if block.empty:
         label.append("\nempty", style="bold")
+    return label
+
+
+def _cell(block: Block, color: str, height: int) -> RenderableType:
+    label = _label(block)
     style = "dim" if block.empty else f"black on {color}"
     # Lines above and below centre the label vertically in a cell as tall as the block is long.
     spare = max(0, height - label.plain.count("\n") - 1)
@@ -161,38 +166,50 @@ def _grid(
     title: str | None,
     width: int,
 ) -> Table:
-    """One table over the last (up to) two tensor axes with the leading block indices fixed to ``prefix``."""
-    inner = list(counts[len(prefix) :])
-    rows_n, cols_n = (1, inner[0]) if len(inner) == 1 else ((1, 1) if not inner else (inner[0], inner[1]))
-    first = next(iter(blocks.values()))
-    rank = len(first.index)
+    """One table over the last (up to) two tensor axes, the leading block indices fixed to ``prefix``.
 
-    def block(r: int, c: int) -> Block:
-        if rank == 0:
-            return blocks[()]
-        if rank == 1:
-            return blocks[(c,)]
-        return blocks[(*prefix, r, c)]
+    Tensor axis ``rank-2`` runs down, ``rank-1`` across. A rank-1 row of blocks that would not fit
+    in ``width`` is drawn as a column instead; a wider grid wraps its labels rather than cropping.
+    """
+    rank = len(counts)
+    grid: list[list[Block]]
+    if rank == 0:
+        grid, row_axis, col_axis = [[blocks[()]]], None, None
+    elif rank == 1:
+        grid, row_axis, col_axis = [[blocks[(c,)] for c in range(counts[0])]], None, 0
+    else:
+        grid = [[blocks[(*prefix, r, c)] for c in range(counts[-1])] for r in range(counts[-2])]
+        row_axis, col_axis = rank - 2, rank - 1
 
-    def length(b: Block, axis: int) -> int:
+    def needed(column: Sequence[Block]) -> int:  # label width plus the cell's side padding
+        return max(len(line) for b in column for line in _label(b).plain.split("\n")) + 2
+
+    if rank == 1 and sum(needed([b]) + 1 for b in grid[0]) + 1 > width:
+        grid, row_axis, col_axis = [[b] for b in grid[0]], 0, None
+
+    def length(b: Block, axis: int | None) -> int:
+        if axis is None:
+            return 1
         start, stop = b.bounds[axis]
         return stop - start
 
-    col_axis = rank - 1
-    row_axis = rank - 2
-    col_len = [length(block(0, c), col_axis) if rank >= 1 else 1 for c in range(cols_n)]
-    row_len = [length(block(r, 0), row_axis) if rank >= 2 else 1 for r in range(rows_n)]
+    cols = list(zip(*grid, strict=True))
+    col_len = [length(column[0], col_axis) for column in cols]
+    row_len = [length(row[0], row_axis) for row in grid]
     table = Table(show_header=False, show_lines=True, box=box.SQUARE, padding=0, title=title, pad_edge=False)
+    fits = sum(needed(column) + 1 for column in cols) + 1 <= width
     # Never ask for more than the console has: rich crops a table whose minimum widths overflow.
-    widest = max(_MIN_WIDTH, min(_MAX_WIDTH, (width - 1) // cols_n - 1))
-    tallest = _MAX_HEIGHT if rows_n <= 4 else _MIN_HEIGHT  # long columns of blocks stay on one screen
-    for c in range(cols_n):
-        table.add_column(min_width=_extent(col_len[c], max(col_len), widest, _MIN_WIDTH), justify="center")
-    for r in range(rows_n):
-        height = _extent(row_len[r], max(row_len), tallest, _MIN_HEIGHT)
+    widest = max(_MIN_WIDTH, min(_MAX_WIDTH, (width - 1) // len(cols) - 1))
+    for column, extent in zip(cols, col_len, strict=True):
+        proportional = _extent(extent, max(col_len), widest, _MIN_WIDTH)
+        table.add_column(
+            min_width=max(proportional, needed(column)) if fits else None, justify="center", overflow="fold"
+        )
+    tallest = _MAX_HEIGHT if len(grid) <= 4 else _MIN_HEIGHT  # long columns of blocks stay on one screen
+    for row, extent in zip(grid, row_len, strict=True):
+        height = _extent(extent, max(row_len), tallest, _MIN_HEIGHT)
         cells = []
-        for c in range(cols_n):
-            b = block(r, c)
+        for b in row:
             flat = sum(i * math.prod(counts[k + 1 :]) for k, i in enumerate(b.index))
             cells.append(_cell(b, _PALETTE[flat % len(_PALETTE)], height))
         table.add_row(*cells)

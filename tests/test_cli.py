@@ -205,6 +205,32 @@ def test_show_uneven_layout_draws_empty_blocks(capsys: pytest.CaptureFixture[str
     assert "uneven (chunk rule) axis 0: 1/1/0/0" in out
 
 
+def test_show_long_rank1_layout_turns_vertical_instead_of_cropping(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "show", "--mesh", "x=16", "--layout", "x", "--shape", "64")
+    ((_, rows),) = grids(out)
+    assert code == 0
+    assert [(devices_in(row[0]), f"[{4 * i}:{4 * i + 4}]" in row[0]) for i, row in enumerate(rows)] == [
+        ([f"CPU:{i}"], True) for i in range(16)
+    ]
+    assert max(len(line) for line in out.splitlines()[1:]) <= 80
+
+
+def test_show_wide_grid_wraps_labels_without_losing_any(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "show", "--mesh", "x=8,y=2", "--layout", "y,x", "--shape", "8,64")
+    ((_, rows),) = grids(out)
+    assert code == 0 and len(rows) == 2 and max(len(line) for line in out.splitlines()[1:]) <= 80
+    # Row r is y=r; column c is x=c: device 2c + r, columns 8c:8c+8.
+    for r, row in enumerate(rows):
+        assert [devices_in(cell) for cell in row] == [[f"CPU:{2 * c + r}"] for c in range(8)]
+        assert all(f"[{4 * r}:{4 * r + 4}, {8 * c}:{8 * c + 8}]" in cell for c, cell in enumerate(row))
+
+
 def test_show_rank0_is_one_cell_on_every_device(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "show", "--mesh", "x=3,y=2", "--layout", "", "--shape", "")
     ((_, rows),) = grids(out)
