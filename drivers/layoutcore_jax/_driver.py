@@ -264,7 +264,7 @@ class JaxDriver(Driver):
                 call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
                 return fn(*call_args, **call_kwargs)
 
-            entry = [jax.jit(call, out_shardings=self._sharding(layout, devices)), call, None]
+            entry = [None, call, None]  # jit is made only once the result's shape is checked
             if key is not None:
                 self._compiled.put(key, entry)
         jitted, plain, out = entry
@@ -279,6 +279,8 @@ class JaxDriver(Driver):
             if not dynamic:  # the result's shape depends on the static arguments only: checked for good
                 entry[2] = out
         sharding = self._sharding(layout, devices)
+        if jitted is None:
+            jitted = entry[0] = jax.jit(plain, out_shardings=sharding)
         if math.prod(out.shape) == 0:
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
             return self._remember(jax.device_put(np.empty(out.shape, out.dtype), sharding), layout)
