@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -630,8 +630,15 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like the commands' own (usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="layoutcore",
         description=(
             "layoutcore: one Mesh / Layout / LayoutMap vocabulary for distributed arrays on NumPy, JAX, "

@@ -291,7 +291,8 @@ def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2
-        assert "usage: layoutcore" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert err.startswith("layoutcore") and ": error: " in err and err.count("\n") == 1
 
 
 # ==============================================================================================
