@@ -94,7 +94,9 @@ class ShardedArray:
 
 def _view(array: np.ndarray, index: tuple[slice, ...]) -> np.ndarray:
     """``array[index]`` as an array view (a trailing ``...`` keeps rank 0 an array, not a scalar copy)."""
-    return array[(*index, Ellipsis)]
+    key: tuple[Any, ...] = (*index, Ellipsis)
+    view: np.ndarray = array[key]
+    return view
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

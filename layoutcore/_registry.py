@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib.metadata
 import importlib.util
 import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._capabilities import Capability
 from ._driver import ConfigurationError, Driver
 from ._errors import DriverNotFoundError, DriverUnavailableError
+
+if TYPE_CHECKING:  # importlib.metadata costs ~30 ms (email, pathlib, ...): loaded on first discovery only
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "DRIVER_ENV",
@@ -49,17 +52,19 @@ KNOWN_DRIVERS: dict[str, str] = {
 DriverFactory = Callable[[], Driver]
 
 _lock = threading.RLock()
-_factories: dict[str, DriverFactory | importlib.metadata.EntryPoint] | None = None
+_factories: dict[str, DriverFactory | EntryPoint] | None = None
 _instances: dict[str, Driver] = {}
 _global_choice: str | None = None
 _context_choice: contextvars.ContextVar[str | None] = contextvars.ContextVar("layoutcore_driver", default=None)
 
 
-def _discover() -> dict[str, DriverFactory | importlib.metadata.EntryPoint]:
+def _discover() -> dict[str, DriverFactory | EntryPoint]:
     global _factories
     with _lock:
         if _factories is None:
-            found: dict[str, importlib.metadata.EntryPoint] = {}
+            import importlib.metadata
+
+            found: dict[str, EntryPoint] = {}
             for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
                 if ep.name in found:
                     previous = found[ep.name]
@@ -113,7 +118,7 @@ def _load_class(name: str) -> DriverFactory:
             installed=installed,
         )
     entry = factories[name]
-    if isinstance(entry, importlib.metadata.EntryPoint):
+    if not callable(entry):  # an entry point (EntryPoint objects are not callable; factories are)
         try:
             loaded = entry.load()
         except Exception as exc:  # a broken plug-in (ImportError, SyntaxError, missing class ...)
