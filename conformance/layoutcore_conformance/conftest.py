@@ -8,6 +8,8 @@ The suite runs against whichever driver ``layoutcore.get_driver()`` gives, i.e. 
   CI failure reproduces), no deadline (a framework's first call compiles).
 * ``dev``: 60 random examples per property, with the example database.
 * ``thorough``: 1000 random examples per property.
+* ``smoke``: 10 derandomized examples per property, no shrinking: a quick first look at a new
+  driver (and what the suite's own meta-test uses, where only pass/fail matters).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 import layoutcore as lc
 
@@ -28,6 +30,9 @@ _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, Hea
 settings.register_profile("ci", max_examples=30, derandomize=True, database=None, print_blob=True, **_common)
 settings.register_profile("dev", max_examples=60, **_common)
 settings.register_profile("thorough", max_examples=1000, **_common)
+settings.register_profile(
+    "smoke", max_examples=10, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate], **_common
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

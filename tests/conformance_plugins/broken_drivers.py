@@ -1,0 +1,92 @@
+"""Deliberately broken drivers for the conformance meta-test (a pytest plugin: ``-p broken_drivers``).
+
+Loading this module registers three drivers with ``layoutcore.register_driver``; select one with
+``LAYOUTCORE_DRIVER``. Each is the NumPy reference driver with exactly one defect, and each uses
+the NumPy adapter, which reads ``ShardedArray`` storage directly:
+
+* ``broken-rotated``: every component is placed one device along (device ``i`` holds block
+  ``i+1``); unpack and to_numpy see the same wrong storage.
+* ``broken-uneven``: declares no ``uneven``/``uneven_multi_axis`` capability but lays out uneven
+  shapes anyway instead of raising ``UnsupportedLayoutError``.
+* ``broken-hiding``: stores components rotated by one device, but ``unpack``, ``pack``,
+  ``to_numpy`` and ``relayout`` undo the rotation, so every check through the driver's own API
+  passes; only the suite's adapter-read oracle sees that the devices hold the wrong blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import layoutcore as lc
+from layoutcore import Capability, Layout, NumpyDriver, ShardedArray, UnsupportedLayoutError
+
+
+def _rotate(components: Sequence[np.ndarray], by: int) -> tuple[np.ndarray, ...]:
+    items = tuple(components)
+    if not items:
+        return items
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+def _with_components(tensor: ShardedArray, components: tuple[np.ndarray, ...]) -> ShardedArray:
+    return ShardedArray(components, tensor.layout, tensor.shape, tensor.dtype, tensor.devices)
+
+
+class RotatedDriver(NumpyDriver):
+    """Places component ``i + 1`` on device ``i``."""
+
+    name = "broken-rotated"
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
+        tensor = super().native_distribute(value, layout, devices)
+        return _with_components(tensor, _rotate(tensor.components, 1))
+
+
+class UnevenLiarDriver(NumpyDriver):
+    """Claims no uneven support, then returns (correct) data for uneven layouts anyway."""
+
+    name = "broken-uneven"
+    capabilities = frozenset(Capability) - {Capability.UNEVEN, Capability.UNEVEN_MULTI_AXIS}
+
+    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
+        try:
+            return super().check_layout(layout, global_shape)
+        except UnsupportedLayoutError:
+            return layout  # type: ignore[no-any-return]  # the defect: no refusal
+
+
+class HidingDriver(NumpyDriver):
+    """Wrong placement that its own API hides: storage rotated, every accessor un-rotates."""
+
+    name = "broken-hiding"
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
+        tensor = super().native_distribute(value, layout, devices)
+        return _with_components(tensor, _rotate(tensor.components, 1))
+
+    def native_unpack(self, tensor: ShardedArray) -> list[Any]:
+        return list(_rotate(tensor.components, -1))
+
+    def native_pack(
+        self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> ShardedArray:
+        tensor = super().native_pack(components, layout, devices, global_shape)
+        return _with_components(tensor, _rotate(tensor.components, 1))
+
+    def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
+        plain = _with_components(tensor, _rotate(tensor.components, -1))
+        moved = super().native_relayout(plain, layout, devices)
+        return _with_components(moved, _rotate(moved.components, 1))
+
+    def native_to_numpy(self, tensor: ShardedArray) -> np.ndarray:
+        return super().native_to_numpy(_with_components(tensor, _rotate(tensor.components, -1)))
+
+
+BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver)
+
+for _cls in BROKEN_DRIVERS:
+    lc.register_driver(_cls.name, _cls, replace=True)
