@@ -207,15 +207,15 @@ def from_partition_spec(spec: Any, mesh: Mesh | None = None, *, ndim: int | None
 
     if not isinstance(spec, PartitionSpec):
         raise LayoutError(f"Expected a jax.sharding.PartitionSpec. Received: {spec!r}", value=spec)
+    if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
+        raise LayoutError(
+            f"{spec} holds pending reductions (unreduced/reduced axes), which a layoutcore layout cannot express.",
+            value=spec,
+        )
     entries = tuple(spec)
     if any(e is PartitionSpec.UNCONSTRAINED for e in entries):
         raise LayoutError(
             f"{spec} leaves an axis UNCONSTRAINED (the compiler chooses); a layoutcore layout fixes every axis.",
-            value=spec,
-        )
-    if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
-        raise LayoutError(
-            f"{spec} holds pending reductions (unreduced/reduced axes), which a layoutcore layout cannot express.",
             value=spec,
         )
     if ndim is not None:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import layoutcore as lc
@@ -14,8 +9,6 @@ import layoutcore as lc
 jax = pytest.importorskip("jax", reason="the JAX driver's tests need the jax extra: pip install 'layoutcore[jax]'")
 
 from layoutcore_jax import JaxDriver  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -30,14 +23,3 @@ def driver() -> JaxDriver:
 def mesh32() -> lc.Mesh:
     """The DTensor guide's 3x2 mesh, abstract (bound to the driver's first 6 devices)."""
     return lc.Mesh((3, 2), ("x", "y"))
-
-
-def run_python(
-    code: str, *, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter of this venv (JAX start-up state cannot be reset in-process)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO
-    )
