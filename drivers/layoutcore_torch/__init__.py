@@ -14,6 +14,7 @@ Public conversions (each binds an abstract mesh the way the driver does):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from layoutcore import Layout, LayoutError, Mesh, get_driver
@@ -27,6 +28,7 @@ __all__ = [
     "from_torch_mesh",
     "from_torch_placements",
     "release_simulation",
+    "spmd",
     "to_torch_mesh",
     "to_torch_placements",
     "torch_driver",
@@ -98,6 +100,23 @@ def from_torch_placements(placements: Sequence[Any], device_mesh: Any, rank: int
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise LayoutError(f"rank must be an int >= 0. Received: rank={rank!r}", value=rank)
     return torch_driver().layout_from_placements(placements, device_mesh, rank)
+
+
+def spmd(mesh: Mesh) -> AbstractContextManager[Any]:
+    """The context in which to run your own torch code on DTensors over ``mesh``.
+
+    In the simulation it is ``LocalTensorMode(mesh.size)``, under which each torch op runs once per
+    simulated rank and collectives move real data (outside it, the fake process group's collectives
+    return garbage). Under a real process group it does nothing.
+
+    Example::
+
+        with layoutcore_torch.spmd(mesh):
+            y = model(x)  # model's parameters and x are DTensors on mesh
+    """
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"spmd expects a layoutcore Mesh. Received: {mesh!r}", value=mesh)
+    return torch_driver().spmd(mesh.size)  # type: ignore[no-any-return]
 
 
 def release_simulation() -> bool:

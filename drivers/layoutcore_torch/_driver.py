@@ -173,7 +173,7 @@ class TorchDriver(Driver):
             self._bound.clear()
             self._origin.clear()
 
-    def _session(self, n: int) -> Any:
+    def spmd(self, n: int) -> Any:
         """Context for torch calls on a mesh of ``n`` devices: ``LocalTensorMode(n)`` when simulated."""
         return _private.local_tensor_mode(n) if self.world().simulated else contextlib.nullcontext()
 
@@ -207,7 +207,7 @@ class TorchDriver(Driver):
         ranks = list(range(mesh.size)) if world.simulated else [_rank_of(d) for d in devices]
         torch = self._torch
         grid = torch.tensor(ranks, dtype=torch.int64).reshape(mesh.shape)
-        with self._session(mesh.size):
+        with self.spmd(mesh.size):
             native = self._DeviceMesh(world.device_type, grid, mesh_dim_names=mesh.axis_names)
         with self._state_lock:
             native = self._device_meshes.setdefault(mesh, native)
@@ -283,7 +283,7 @@ class TorchDriver(Driver):
         for axis_name, placement in zip(mesh.axis_names, placements, strict=True):
             if isinstance(placement, self._Partial):
                 raise UnsupportedLayoutError(
-                    f"Placement {placement} on mesh axis {axis_name!r} is a pending reduction; layoutcore layouts have "
+                    f"Placement {placement!r} on mesh axis {axis_name!r} is a pending reduction; layoutcore layouts have "
                     "no Partial. Reduce it first, e.g. t.redistribute(mesh, [Replicate()...]) or t.full_tensor().",
                     driver=self.name,
                     feature="partial",
@@ -291,7 +291,7 @@ class TorchDriver(Driver):
                 )
             if _private.is_strided_shard(placement):
                 raise UnsupportedLayoutError(
-                    f"Placement {placement} on mesh axis {axis_name!r} is torch's private _StridedShard, which "
+                    f"Placement {placement!r} on mesh axis {axis_name!r} is torch's private _StridedShard, which "
                     "layoutcore's torch driver does not map to a Layout.",
                     driver=self.name,
                     feature=Capability.MULTI_AXIS_ANY_ORDER.value,
@@ -301,7 +301,7 @@ class TorchDriver(Driver):
                 dim = int(placement.dim)
                 if not -rank <= dim < rank:
                     raise LayoutError(
-                        f"{placement} on mesh axis {axis_name!r} shards axis {dim} of a rank-{rank} tensor.",
+                        f"{placement!r} on mesh axis {axis_name!r} shards axis {dim} of a rank-{rank} tensor.",
                         value=placements,
                     )
                 entries[dim % rank].append(axis_name)
@@ -392,7 +392,7 @@ class TorchDriver(Driver):
         placements = self.placements(layout)
         if tuple(tensor.placements) == placements and tensor.device_mesh is device_mesh:
             return tensor
-        with self._session(mesh.size):
+        with self.spmd(mesh.size):
             return tensor.redistribute(device_mesh, placements)
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
@@ -404,7 +404,7 @@ class TorchDriver(Driver):
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         mesh = self.mesh_of(tensor.device_mesh)
-        with self._session(mesh.size):
+        with self.spmd(mesh.size):
             full = tensor.full_tensor()
         if _private.is_local_tensor(full):  # simulated: every rank holds the same gathered value
             full = _private.local_tensors(full)[0]
@@ -438,7 +438,7 @@ class TorchDriver(Driver):
         self.check_layout(layout, size)
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
-        with self._session(mesh.size):
+        with self.spmd(mesh.size):
             return factory(size, *extra, device_mesh=device_mesh, placements=self.placements(layout), **options)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
@@ -460,7 +460,7 @@ class TorchDriver(Driver):
     def variable_assign(self, handle: Any, value: Any) -> None:
         """Copy in place, so that optimizers holding the Parameter see the new value."""
         mesh = self.mesh_of(handle.device_mesh)
-        with self._torch.no_grad(), self._session(mesh.size):
+        with self._torch.no_grad(), self.spmd(mesh.size):
             handle.copy_(value)
 
     # ==========================================================================================
