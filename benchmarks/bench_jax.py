@@ -1,0 +1,117 @@
+"""Overhead of layoutcore's JAX driver over JAX's own calls for the same work.
+
+Side by side in one run, on 8 CPU devices and a 4x2 mesh:
+
+* ``layoutcore.distribute_tensor(x, layout)`` vs ``jax.device_put(x, NamedSharding)``;
+* ``layoutcore.relayout(a, layout2)`` vs ``jax.device_put(a, other NamedSharding)``;
+
+for a 64 MiB float32 array and a 1 KiB one. The two calls alternate within every repetition
+(which goes first alternates too), each timed to ``block_until_ready``; the table shows medians
+and the ratio of medians. Targets: <= 1.10x at 64 MiB, <= 2x at 1 KiB.
+
+Run: ``python benchmarks/bench_jax.py [--quick]``; writes ``benchmarks/results/bench_jax.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
+
+import numpy as np  # noqa: E402
+
+import layoutcore as lc  # noqa: E402
+
+RESULTS = Path(__file__).with_name("results") / "bench_jax.json"
+TARGETS = {"64 MiB": 1.10, "1 KiB": 2.0}
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn().block_until_ready()
+    return time.perf_counter() - start
+
+
+def side_by_side(native: Callable[[], Any], ours: Callable[[], Any], reps: int, warmup: int) -> dict[str, float]:
+    """Median seconds of each, alternating which runs first."""
+    for _ in range(warmup):
+        native().block_until_ready()
+        ours().block_until_ready()
+    t_native, t_ours = [], []
+    for i in range(reps):
+        if i % 2:
+            t_native.append(_time(native))
+            t_ours.append(_time(ours))
+        else:
+            t_ours.append(_time(ours))
+            t_native.append(_time(native))
+    n, o = statistics.median(t_native), statistics.median(t_ours)
+    return {"native_s": n, "layoutcore_s": o, "ratio": o / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    args = parser.parse_args()
+
+    lc.set_driver("jax")
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    devices = lc.list_devices()
+    assert len(devices) >= 8, f"needs 8 devices, JAX has {devices}"
+    mesh = lc.Mesh((4, 2), ("x", "y"))
+    src = lc.Layout(("x", "y"), mesh)
+    dst = lc.Layout(("y", "x"), mesh)
+    jmesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("x", "y"))
+    s_src, s_dst = NamedSharding(jmesh, PartitionSpec("x", "y")), NamedSharding(jmesh, PartitionSpec("y", "x"))
+
+    sizes = {"64 MiB": (4096, 4096), "1 KiB": (16, 16)}
+    reps = {"64 MiB": 6 if args.quick else 30, "1 KiB": 200 if args.quick else 3000}
+    rows = []
+    for label, shape in sizes.items():
+        x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+        a = lc.distribute_tensor(x, src)
+        assert np.array_equal(lc.to_numpy(lc.relayout(a, dst)), x)
+        warm = 3 if label == "64 MiB" else 50
+        cases = {
+            "distribute_tensor": (lambda: jax.device_put(x, s_src), lambda: lc.distribute_tensor(x, src)),
+            "relayout": (lambda: jax.device_put(a, s_dst), lambda: lc.relayout(a, dst)),
+        }
+        for op, (native, ours) in cases.items():
+            r = side_by_side(native, ours, reps[label], warm)
+            rows.append({"op": op, "size": label, "shape": list(shape), "reps": reps[label], **r})
+
+    print(f"{'op':<18} {'size':>7} {'jax (median)':>14} {'layoutcore':>14} {'ratio':>7} {'target':>7}")
+    for r in rows:
+        unit, k = ("ms", 1e3) if r["native_s"] > 1e-3 else ("us", 1e6)
+        target = TARGETS[r["size"]]
+        print(
+            f"{r['op']:<18} {r['size']:>7} {r['native_s'] * k:>11.1f} {unit} {r['layoutcore_s'] * k:>11.1f} {unit} "
+            f"{r['ratio']:>6.2f}x {'<=' + str(target):>7}{'' if r['ratio'] <= target else '  MISSED'}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "devices": len(devices),
+        "mesh": "x=4,y=2",
+        "layouts": ["('x','y') -> ('y','x')"],
+        "quick": args.quick,
+    }
+    RESULTS.write_text(json.dumps({"meta": meta, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
