@@ -26,9 +26,9 @@ from typing import Any
 
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import layoutcore as lc  # noqa: E402
+import layoutcore as lc
 
 RESULTS = Path(__file__).with_name("results") / "bench_jax.json"
 TARGETS = {"64 MiB": 1.10, "1 KiB": 2.0}
@@ -83,8 +83,11 @@ def main() -> None:
         assert np.array_equal(lc.to_numpy(lc.relayout(a, dst)), x)
         warm = 3 if label == "64 MiB" else 50
         cases = {
-            "distribute_tensor": (lambda: jax.device_put(x, s_src), lambda: lc.distribute_tensor(x, src)),
-            "relayout": (lambda: jax.device_put(a, s_dst), lambda: lc.relayout(a, dst)),
+            "distribute_tensor": (
+                lambda x=x: jax.device_put(x, s_src),
+                lambda x=x: lc.distribute_tensor(x, src),
+            ),
+            "relayout": (lambda a=a: jax.device_put(a, s_dst), lambda a=a: lc.relayout(a, dst)),
         }
         for op, (native, ours) in cases.items():
             r = side_by_side(native, ours, reps[label], warm)
