@@ -238,3 +238,27 @@ def test_bad_cpu_devices_raise_configuration_error_naming_the_value(monkeypatch:
     assert isinstance(info.value, ValueError) and isinstance(info.value, LayoutcoreError)
     assert repr(raw) in str(info.value) and "LAYOUTCORE_CPU_DEVICES" in str(info.value)
     assert info.value.value == raw
+
+
+@pytest.mark.usefixtures("three_drivers")
+def test_use_driver_is_per_asyncio_task() -> None:
+    import asyncio
+
+    async def task(name: str, started: asyncio.Event, proceed: asyncio.Event) -> int:
+        with use_driver(name):
+            started.set()
+            await proceed.wait()  # the other task enters its own use_driver meanwhile
+            return _count()
+
+    async def both() -> list[int]:
+        events = [asyncio.Event() for _ in range(4)]
+        first = asyncio.create_task(task("two", events[0], events[1]))
+        second = asyncio.create_task(task("four", events[2], events[3]))
+        await events[0].wait()
+        await events[2].wait()
+        events[1].set()
+        events[3].set()
+        return list(await asyncio.gather(first, second))
+
+    assert asyncio.run(both()) == [2, 4]
+    assert active_driver_name() == "numpy"
