@@ -284,6 +284,10 @@ class Driver(abc.ABC):
         Raises:
             LayoutError, UnsupportedLayoutError: see :meth:`check_layout`.
         """
+        from ._variable import Variable
+
+        if isinstance(value, Variable):  # its current value, not the Variable object
+            value = value.value
         if self.is_distributed(value):
             return self.relayout(value, layout)
         value = self.prepare_input(value)

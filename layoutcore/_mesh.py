@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ class Mesh:
         if not shape_t:
             raise LayoutError("A mesh needs at least one axis. Received: shape=()", value=shape)
         for size in shape_t:
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            # Any integer (NumPy's too) is accepted through __index__; bools and floats are not sizes.
+            if isinstance(size, bool) or not hasattr(type(size), "__index__") or operator.index(size) <= 0:
                 raise LayoutError(f"Mesh axis sizes must be positive ints. Received: shape={shape_t!r}", value=shape)
         if len(names_t) != len(shape_t):
             raise LayoutError(
@@ -113,7 +115,7 @@ class Mesh:
             repeated = sorted({d for d in devices_t if devices_t.count(d) > 1})
             if repeated:
                 raise LayoutError(f"Mesh devices must be distinct; repeated: {repeated}", value=devices)
-        object.__setattr__(self, "shape", tuple(int(s) for s in shape_t))
+        object.__setattr__(self, "shape", tuple(operator.index(s) for s in shape_t))
         object.__setattr__(self, "axis_names", names_t)
         object.__setattr__(self, "devices", devices_t)
         object.__setattr__(self, "name", name)

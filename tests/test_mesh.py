@@ -159,6 +159,12 @@ def test_create_mesh_and_alias() -> None:
     assert create_mesh([("b", 2)], name="n").name == "n"
 
 
+def test_numpy_integer_sizes_are_accepted_as_ints() -> None:
+    mesh = Mesh(np.array([3, 2]), ("x", "y"))
+    assert mesh == Mesh((3, 2), ("x", "y")) and all(type(s) is int for s in mesh.shape)
+    assert create_mesh([("x", np.int64(4))]).shape == (4,)
+
+
 def test_single_int_and_str_shorthand() -> None:
     assert Mesh(4, "x") == Mesh((4,), ("x",))  # type: ignore[arg-type]
 

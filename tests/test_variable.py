@@ -130,3 +130,10 @@ def test_layout_is_read_only_and_repr() -> None:
     text = repr(v)
     assert "'w'" in text and "(6, 4)" in text and "float32" in text and "numpy" in text
     assert v.dtype == np.float32 and v.driver.name == "numpy"
+
+
+def test_a_variable_is_distributed_by_its_value() -> None:
+    v = Variable(np.arange(24.0).reshape(6, 4), Layout(["x", None], MESH32))
+    moved = distribute_tensor(v, Layout([None, "y"], MESH32))
+    assert fetch_layout(moved) == Layout([None, "y"], MESH32)
+    np.testing.assert_array_equal(to_numpy(moved), np.arange(24.0).reshape(6, 4))
