@@ -279,7 +279,7 @@ class Driver(abc.ABC):
         return layout
 
     def distribute_tensor(self, value: Any, layout: Layout) -> Any:
-        """Place a global value by ``layout``; a distributed input is relaid out.
+        """Place a global value by ``layout``; a distributed input (or a Variable) is relaid out.
 
         Raises:
             LayoutError, UnsupportedLayoutError: see :meth:`check_layout`.
@@ -316,7 +316,8 @@ class Driver(abc.ABC):
         """The inverse of :meth:`unpack`: one component per (local) device, row-major.
 
         Args:
-            components: the per-device pieces.
+            components: the per-device pieces (arrays, framework tensors, or nested lists, which
+                become NumPy arrays before the hooks see them).
             layout: their layout.
             global_shape: the global shape; inferred from the components when omitted.
 
