@@ -6,12 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from layoutcore_conformance import ConformanceAdapter
+from layoutcore_conformance import ConformanceAdapter  # type: ignore[import-not-found,unused-ignore]
 
 __all__ = ["JaxAdapter"]
 
 
-class JaxAdapter(ConformanceAdapter):
+class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
     """Reads ``jax.Array.addressable_shards`` and orders them by the sharding's mesh, with JAX calls only."""
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:

@@ -14,13 +14,16 @@ _lock = threading.Lock()
 _configured = False
 
 
-def _user_chose_count() -> bool:
-    """Whether the user already told JAX how many CPU devices to make (layoutcore then keeps out)."""
+def _jax_cpu_setting() -> int:
+    """JAX's ``jax_num_cpu_devices`` (-1: not set)."""
     import jax
 
-    return int(jax.config.jax_num_cpu_devices) > 0 or "xla_force_host_platform_device_count" in os.environ.get(
-        "XLA_FLAGS", ""
-    )
+    return int(jax.config.jax_num_cpu_devices)  # type: ignore[attr-defined]
+
+
+def _user_chose_count() -> bool:
+    """Whether the user already told JAX how many CPU devices to make (layoutcore then keeps out)."""
+    return _jax_cpu_setting() > 0 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
 
 
 def configure_cpu_devices() -> None:
@@ -49,16 +52,16 @@ def configure_cpu_devices() -> None:
 
         wanted = cpu_device_count()
         if _user_chose_count():
-            if os.environ.get(CPU_DEVICES_ENV, "").strip() and int(jax.config.jax_num_cpu_devices) not in (-1, wanted):
+            if os.environ.get(CPU_DEVICES_ENV, "").strip() and _jax_cpu_setting() not in (-1, wanted):
                 warnings.warn(
                     f"{CPU_DEVICES_ENV}={wanted} is ignored: JAX was configured for "
-                    f"{jax.config.jax_num_cpu_devices} CPU devices (jax_num_cpu_devices), which layoutcore keeps.",
+                    f"{_jax_cpu_setting()} CPU devices (jax_num_cpu_devices), which layoutcore keeps.",
                     RuntimeWarning,
                     stacklevel=3,
                 )
         else:
             try:
-                jax.config.update("jax_num_cpu_devices", wanted)
+                jax.config.update("jax_num_cpu_devices", wanted)  # type: ignore[no-untyped-call]
             except RuntimeError:
                 # JAX refuses once its backends exist: its devices stand.
                 have = len(jax.devices("cpu"))
