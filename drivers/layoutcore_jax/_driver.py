@@ -86,12 +86,12 @@ class JaxDriver(Driver):
         self._names = list(self._by_name)
         self._multiprocess = jax.process_count() > 1
         self._process_index = jax.process_index()
-        self._shardings: dict[Layout, NamedSharding] = {}
+        self._shardings = _BoundedCache()  # Layout -> NamedSharding
         # id(array) -> (weak reference, layout) for every array this driver made. A NamedSharding
         # cannot tell meshes apart that differ only by name, or abstract from concrete, so
         # fetch_layout answers from here what the sharding alone could not.
         self._made: dict[int, tuple[weakref.ref[Any], Layout]] = {}
-        self._mesh_order: dict[jax.sharding.Mesh, tuple[jax.Device, ...]] = {}
+        self._mesh_order = _BoundedCache()  # jax.sharding.Mesh -> its devices, flat
         self._fetched = _BoundedCache()
         self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._compiled = _BoundedCache()
@@ -112,9 +112,8 @@ class JaxDriver(Driver):
         if sharding is None:
             mesh: Mesh = layout.mesh  # type: ignore[assignment]
             concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
-            sharding = _to_named_sharding(Layout(layout.axes, concrete), self._axis_types)
-            self._shardings[layout] = sharding
-        return sharding
+            sharding = self._shardings.put(layout, _to_named_sharding(Layout(layout.axes, concrete), self._axis_types))
+        return sharding  # type: ignore[no-any-return]
 
     def _remember(self, array: jax.Array, layout: Layout) -> jax.Array:
         key = id(array)
@@ -168,8 +167,8 @@ class JaxDriver(Driver):
     def _device_order(self, jax_mesh: jax.sharding.Mesh) -> tuple[jax.Device, ...]:
         order = self._mesh_order.get(jax_mesh)
         if order is None:
-            order = self._mesh_order[jax_mesh] = tuple(jax_mesh.devices.flat)
-        return order
+            order = self._mesh_order.put(jax_mesh, tuple(jax_mesh.devices.flat))
+        return order  # type: ignore[no-any-return]
 
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
