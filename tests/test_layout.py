@@ -9,6 +9,8 @@ import pickle
 import numpy as np
 import pytest
 from _support import DEVICES6, FULL
+from hypothesis import given
+from hypothesis import strategies as st
 
 import layoutcore
 from layoutcore import UNSHARDED, Layout, LayoutError, Mesh, TensorLayout, UnsupportedLayoutError
@@ -396,3 +398,24 @@ def test_multi_axis_y_x_on_2x3_matches_jax() -> None:
     mesh = Mesh((2, 3), ("x", "y"))
     held = [np.arange(12)[s].tolist() for s in Layout([("y", "x")], mesh).device_slices((12,))]
     assert held == [[0, 1], [4, 5], [8, 9], [2, 3], [6, 7], [10, 11]]
+
+
+@st.composite
+def tf_layouts(draw: st.DrawFn) -> Layout:
+    """Layouts TF can write: at most one mesh axis per tensor axis, any mesh, rank 0..4."""
+    shape = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    names = [f"a{i}" for i in range(len(shape))]
+    mesh = Mesh(shape, names, [f"CPU:{i}" for i in range(int(np.prod(shape)))])
+    rank = draw(st.integers(0, 4))
+    used = draw(st.permutations(names))
+    entries = [used[i] if i < len(used) and draw(st.booleans()) else None for i in range(rank)]
+    return Layout(draw(st.permutations(entries)), mesh)
+
+
+@given(tf_layouts())
+def test_layout_string_round_trip_property(layout: Layout) -> None:
+    text = layout.to_string()
+    specs = [U if e is None else e for e in layout.axes]
+    assert text == "sharding_specs:" + "".join(f"{s}," for s in specs) + " mesh:" + layout.mesh.to_string()  # type: ignore[union-attr]
+    assert Layout.from_string(text) == layout
+    assert layout.sharding_specs == specs

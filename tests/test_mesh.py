@@ -9,6 +9,8 @@ import types
 import numpy as np
 import pytest
 from _support import DEVICES6, FULL
+from hypothesis import given
+from hypothesis import strategies as st
 
 import layoutcore
 from layoutcore import DeviceMesh, Layout, LayoutcoreError, LayoutError, Mesh, create_mesh
@@ -280,3 +282,26 @@ def test_is_immutable(mesh: Mesh) -> None:
 
 def test_str_is_short(mesh: Mesh) -> None:
     assert str(mesh) == "Mesh(x=3, y=2)"
+
+
+@st.composite
+def meshes(draw: st.DrawFn) -> Mesh:
+    shape = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    names = draw(
+        st.lists(
+            st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True), min_size=len(shape), max_size=len(shape), unique=True
+        ).filter(lambda ns: not {"match", "unsharded"} & set(ns))
+    )
+    size = int(np.prod(shape))
+    devices = draw(st.none() | st.permutations([f"CPU:{i}" for i in range(size)]))
+    name = draw(st.sampled_from(["", "m", "my_mesh"]))
+    return Mesh(shape, names, devices, name=name)
+
+
+@given(meshes())
+def test_string_round_trip_property(mesh: Mesh) -> None:
+    back = Mesh.from_string(mesh.to_string())
+    # An abstract mesh is written over CPU:0..n-1 and reads back concrete.
+    assert back == (mesh if mesh.devices is not None else mesh.with_devices([f"CPU:{i}" for i in range(mesh.size)]))
+    assert back.to_string() == mesh.to_string()
+    assert eval(repr(mesh), {"Mesh": Mesh}) == mesh
