@@ -324,3 +324,21 @@ def test_a_driver_with_other_device_count() -> None:
     assert driver.list_devices() == ["CPU:0", "CPU:1"]
     t = layoutcore.distribute_tensor(np.arange(4), Layout(["x"], Mesh((2,), ("x",))), driver=driver)
     assert [c.tolist() for c in driver.unpack(t)] == [[0, 1], [2, 3]]
+
+
+def test_relayout_allocates_only_the_blocks_it_must_build() -> None:
+    import tracemalloc
+
+    # ('y', None) -> ('x', None) on x=3, y=2: the first and last row thirds lie inside one source half
+    # (views); only the middle third straddles both halves and is built. A gather would allocate the
+    # whole array (and a gather-then-slice at least that much again).
+    x = np.arange(600 * 1024, dtype=np.float64).reshape(600, 1024)
+    t = distribute_tensor(x, Layout(["y", None], MESH))
+    tracemalloc.start()
+    try:
+        moved = relayout(t, Layout(["x", None], MESH))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert x.nbytes / 3 <= peak < 0.5 * x.nbytes
+    np.testing.assert_array_equal(to_numpy(moved), x)
