@@ -4,7 +4,9 @@ Two modes, picked per call without any set-up by the user:
 
 * **Real process group.** When ``torch.distributed`` already has a default group (``torchrun``,
   gloo, nccl), a mesh position is a rank: device ``"CPU:3"`` (``"CUDA:3"`` under nccl) is rank 3.
-  Each process holds its own shards; ``unpack``/``pack`` see the local ones only.
+  Each process holds its own shards; ``unpack``/``pack`` see the local ones only. A mesh must
+  list its ranks in ascending order: torch 2.13's collectives misplace data on a permuted rank
+  grid, so the driver refuses one (``UnsupportedLayoutError``, feature ``"permuted_devices"``).
 * **Single-process simulation.** Otherwise the first data operation starts a ``"fake"`` default
   process group over ``LAYOUTCORE_CPU_DEVICES`` ranks and runs every torch call inside
   ``LocalTensorMode(n)`` for a mesh of ``n`` devices, so each simulated rank holds real data
@@ -205,6 +207,16 @@ class TorchDriver(Driver):
         devices = self.bind_mesh(mesh)
         # Simulated: position p is rank p (module docstring); real: device "CPU:r" is rank r.
         ranks = list(range(mesh.size)) if world.simulated else [_rank_of(d) for d in devices]
+        if ranks != sorted(ranks):
+            # Measured on torch 2.13 + gloo with DeviceMesh([1, 0]): all-gathers concatenate by group rank,
+            # not by mesh coordinate, so full_tensor and redistribute return misplaced data.
+            raise UnsupportedLayoutError(
+                f"{mesh!r} lists ranks {ranks} out of ascending order; torch DTensor's collectives misplace data on "
+                "such a DeviceMesh, so the torch driver needs a mesh whose devices are in ascending rank order.",
+                driver=self.name,
+                feature="permuted_devices",
+                value=mesh,
+            )
         torch = self._torch
         grid = torch.tensor(ranks, dtype=torch.int64).reshape(mesh.shape)
         with self.spmd(mesh.size):
@@ -350,7 +362,9 @@ class TorchDriver(Driver):
                 # Shard/Replicate), and takes its own chunk without a simulated scatter.
                 src = _private.make_local_tensor(dict.fromkeys(range(n), value))
                 return self._distribute(src, device_mesh, placements, src_data_rank=None)
-        return self._distribute(value, device_mesh, placements)
+        # Every process passes the global value (SPMD) and keeps its own chunk, without torch's default
+        # scatter from rank 0 (src_data_rank=0), a collective the contract does not need.
+        return self._distribute(value, device_mesh, placements, src_data_rank=None)
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         mesh = self.mesh_of(tensor.device_mesh)
