@@ -54,6 +54,9 @@ from . import _private
 
 __all__ = ["TorchDriver"]
 
+#: Attribute on the DTensors the driver returns: the Layout they were made with.
+_TAG = "_layoutcore_layout"
+
 
 class _World:
     """What the default process group looks like to the driver (immutable snapshot)."""
@@ -104,7 +107,10 @@ class TorchDriver(Driver):
         self._warned = False
         # Conversions cached on the hashable layoutcore values (reset when the world changes).
         self._device_meshes: dict[Mesh, Any] = {}
-        self._mesh_of: dict[int, Mesh] = {}  # id(DeviceMesh) -> concrete Mesh; the meshes stay alive above
+        # DeviceMesh -> Mesh: by identity first; by torch equality (same ranks and names) for a DeviceMesh that
+        # torch's sharding-propagation caches handed a DTensor in place of ours (the first such Mesh wins).
+        self._mesh_by_id: dict[int, Mesh] = {}
+        self._mesh_by_eq: dict[Any, Mesh] = {}
         self._placements: dict[Layout, tuple[Any, ...]] = {}
 
     # ==========================================================================================
@@ -170,7 +176,8 @@ class TorchDriver(Driver):
 
     def _forget(self) -> None:
         self._device_meshes.clear()
-        self._mesh_of.clear()
+        self._mesh_by_id.clear()
+        self._mesh_by_eq.clear()
         with self._lock:
             self._bound.clear()
             self._origin.clear()
@@ -223,7 +230,8 @@ class TorchDriver(Driver):
             native = self._DeviceMesh(world.device_type, grid, mesh_dim_names=mesh.axis_names)
         with self._state_lock:
             native = self._device_meshes.setdefault(mesh, native)
-            self._mesh_of[id(native)] = mesh
+            self._mesh_by_id[id(native)] = mesh
+            self._mesh_by_eq.setdefault(native, mesh)
         return native
 
     def mesh_of(self, device_mesh: Any) -> Mesh:
@@ -233,8 +241,11 @@ class TorchDriver(Driver):
         Raises:
             LayoutError: a foreign DeviceMesh without ``mesh_dim_names``.
         """
-        known = self._mesh_of.get(id(device_mesh))
+        known = self._mesh_by_id.get(id(device_mesh))
         if known is not None and self._device_meshes.get(known) is device_mesh:
+            return known
+        known = self._mesh_by_eq.get(device_mesh)
+        if known is not None:
             return known
         names = device_mesh.mesh_dim_names
         if not names:
@@ -361,10 +372,10 @@ class TorchDriver(Driver):
                 # Every simulated rank holds the global value (FACTS 3.2: a plain input is only safe for
                 # Shard/Replicate), and takes its own chunk without a simulated scatter.
                 src = _private.make_local_tensor(dict.fromkeys(range(n), value))
-                return self._distribute(src, device_mesh, placements, src_data_rank=None)
+                return self.remember_layout(self._distribute(src, device_mesh, placements, src_data_rank=None), layout)
         # Every process passes the global value (SPMD) and keeps its own chunk, without torch's default
         # scatter from rank 0 (src_data_rank=0), a collective the contract does not need.
-        return self._distribute(value, device_mesh, placements, src_data_rank=None)
+        return self.remember_layout(self._distribute(value, device_mesh, placements, src_data_rank=None), layout)
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         mesh = self.mesh_of(tensor.device_mesh)
@@ -391,30 +402,51 @@ class TorchDriver(Driver):
         if self.world().simulated:
             with _private.local_tensor_mode(mesh.size):
                 local = _private.make_local_tensor(dict(enumerate(tensors)))
-                return self._DTensor.from_local(
+                packed = self._DTensor.from_local(
                     local, device_mesh, placements, run_check=False, shape=shape, stride=stride
                 )
+            return self.remember_layout(packed, layout)
         if not tensors:  # this rank holds no position of the mesh
             raise LayoutError(f"This rank ({self.world().rank}) has no device in {mesh!r}.", value=mesh)
-        return self._DTensor.from_local(
+        packed = self._DTensor.from_local(
             tensors[0], device_mesh, placements, run_check=False, shape=shape, stride=stride
         )
+        return self.remember_layout(packed, layout)
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = self.placements(layout)
-        if tuple(tensor.placements) == placements and tensor.device_mesh is device_mesh:
-            return tensor
+        if tuple(tensor.placements) == placements and getattr(tensor, _TAG, None) == layout:
+            return tensor  # already laid out so, on this very Mesh
         with self.spmd(mesh.size):
-            return tensor.redistribute(device_mesh, placements)
+            return self.remember_layout(tensor.redistribute(device_mesh, placements), layout)
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
         return self.layout_from_placements(tensor.placements, tensor.device_mesh, tensor.ndim)
 
     def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with: its mesh is the very Mesh value given (maybe abstract)."""
-        return self.native_fetch_layout(self.require_distributed(tensor, "fetch_layout"))
+        """The layout ``tensor`` was made with, its mesh the very Mesh value given (maybe abstract).
+
+        The driver tags each DTensor it returns with its Layout; a tensor made by torch code (an op's
+        result, or one the user built) is read from its placements and DeviceMesh instead.
+        """
+        tensor = self.require_distributed(tensor, "fetch_layout")
+        tag = getattr(tensor, _TAG, None)
+        if (
+            isinstance(tag, Layout)
+            and tag.mesh is not None
+            and tuple(tensor.placements) == self.placements(tag)
+            and tensor.device_mesh == self._device_meshes.get(tag.mesh)
+        ):
+            return tag
+        return self.native_fetch_layout(tensor)
+
+    @staticmethod
+    def remember_layout(tensor: Any, layout: Layout) -> Any:
+        """Tag ``tensor`` (a DTensor this driver made) with ``layout`` for :meth:`fetch_layout`; returns it."""
+        setattr(tensor, _TAG, layout)
+        return tensor
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         mesh = self.mesh_of(tensor.device_mesh)
@@ -453,7 +485,8 @@ class TorchDriver(Driver):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         with self.spmd(mesh.size):
-            return factory(size, *extra, device_mesh=device_mesh, placements=self.placements(layout), **options)
+            made = factory(size, *extra, device_mesh=device_mesh, placements=self.placements(layout), **options)
+        return self.remember_layout(made, layout)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
         return tuple(int(s) for s in value.shape)
@@ -466,7 +499,8 @@ class TorchDriver(Driver):
     def variable_create(self, value: Any, layout: Layout) -> Any:
         """A DTensor ``nn.Parameter`` (gradients for floating dtypes)."""
         value = value.detach()
-        return self._torch.nn.Parameter(value, requires_grad=value.dtype.is_floating_point or value.is_complex())
+        param = self._torch.nn.Parameter(value, requires_grad=value.dtype.is_floating_point or value.is_complex())
+        return self.remember_layout(param, layout)
 
     def variable_read(self, handle: Any) -> Any:
         return handle
