@@ -99,7 +99,7 @@ class Variable:
             actual = drv.fetch_layout(value)
             if actual != self._layout:
                 raise LayoutMismatchError(
-                    f"Cannot assign a value laid out as {actual!r} to variable {self.path or ''!r} with layout "
+                    f"Cannot assign a value laid out as {actual!r} to {self._name()} with layout "
                     f"{self._layout!r}; relayout it first.",
                     expected=self._layout,
                     actual=actual,
@@ -109,13 +109,16 @@ class Variable:
         shape = drv.shape_of(value)
         if shape != self._shape:
             raise LayoutError(
-                f"Cannot assign a value of shape {shape} to variable {self.path or ''!r} of shape {self._shape}.",
+                f"Cannot assign a value of shape {shape} to {self._name()} of shape {self._shape}.",
                 value=shape,
             )
         if not drv.is_distributed(value):
             value = drv.distribute_tensor(value, self._layout)
         drv.variable_assign(self._handle, value)
         return self
+
+    def _name(self) -> str:
+        return f"variable {self.path!r}" if self.path else "a variable"
 
     def numpy(self) -> Any:
         """The global value as a NumPy array."""
