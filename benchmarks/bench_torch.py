@@ -19,6 +19,12 @@ Simulated mode (fake process group + ``LocalTensorMode``), 8 ranks, a 4x2 mesh `
 Targets (median time ratio layoutcore / torch): <= 1.10 at 64 MiB, <= 2 at 1 KiB. The clock is
 this process's CPU time by default (``--clock wall`` for wall time): the machine is shared, and
 waiting for a core is not work. Writes ``benchmarks/results/bench_torch.json``.
+
+Allocator: each 64 MiB call allocates 8 MiB shards. With glibc's default dynamic thresholds a
+freed shard sometimes goes back to the OS and is page-faulted in again by the next call, so the
+same call takes 45 ms or 250 ms depending on allocator history (measured), whoever makes it. The
+script therefore re-executes itself with fixed ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``
+so that both sides reuse heap memory; ``--default-malloc`` keeps glibc's defaults.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {"64MiB": 1.10, "1KiB": 2.0}
 SHAPES = {"64MiB": (4096, 4096), "1KiB": (16, 16)}  # float32: 64 MiB and 1024 bytes
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+#: glibc: never mmap or trim for blocks below 4 GiB (see the module docstring).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, clock: Callable[[], float]) -> dict[str, list[float]]:
@@ -62,7 +70,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--default-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     args = parser.parse_args()
+    if not args.default_malloc and any(k not in os.environ for k in MALLOC_ENV):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
     clock = CLOCKS[args.clock]
 
     import layoutcore_torch
@@ -132,7 +143,11 @@ def main() -> int:
                 }
             )
 
-    print(f"torch {torch.__version__}, simulated 8 ranks, mesh 4x2, clock={args.clock}, median of interleaved repeats")
+    malloc = "glibc defaults" if args.default_malloc else "fixed malloc thresholds"
+    print(
+        f"torch {torch.__version__}, simulated 8 ranks, mesh 4x2, clock={args.clock}, {malloc}, "
+        "median of interleaved repeats"
+    )
     print(
         f"{'size':6} {'layoutcore call':30} {'torch call':40} {'ours ms':>10} {'torch ms':>10} {'ratio':>7} {'target':>7}"
     )
@@ -151,6 +166,7 @@ def main() -> int:
                 "python": platform.python_version(),
                 "machine": platform.machine(),
                 "clock": args.clock,
+                "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV},
                 "quick": args.quick,
                 "rows": rows,
             },
