@@ -27,8 +27,10 @@ and the command that installs them in :attr:`Driver.install_hint`.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -96,6 +98,7 @@ class Driver(abc.ABC):
         self._lock = threading.Lock()
         self._bound: dict[Mesh, tuple[str, ...]] = {}
         self._origin: dict[Mesh, Mesh] = {}
+        self._made_with: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
     # ==========================================================================================
     # Required hooks
@@ -252,6 +255,32 @@ class Driver(abc.ABC):
             self._origin.setdefault(mesh.with_devices(devices), mesh)
         return devices
 
+    def remember_layout(self, tensor: Any, layout: Layout) -> Any:
+        """Record that ``tensor`` was made with ``layout``; returns ``tensor``.
+
+        A native sharding cannot tell an abstract mesh from the concrete mesh it was bound to,
+        nor two meshes that differ only by name; so hooks that create tensors should return
+        ``self.remember_layout(result, layout)``, and :meth:`fetch_layout` then gives back the
+        user's exact Layout. The record lives as long as the tensor (objects that cannot be
+        weakly referenced are not recorded and fall back to :meth:`native_fetch_layout`).
+        """
+        key = id(tensor)
+        made_with = self._made_with
+
+        def forget(_: Any, key: int = key) -> None:
+            made_with.pop(key, None)
+
+        with contextlib.suppress(TypeError):  # not weakly referenceable: fetch_layout reads it natively
+            made_with[key] = (weakref.ref(tensor, forget), layout)
+        return tensor
+
+    def recorded_layout(self, tensor: Any) -> Layout | None:
+        """The layout recorded by :meth:`remember_layout` for this very object, if any."""
+        entry = self._made_with.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return None
+        return entry[1]
+
     def user_mesh(self, concrete: Mesh) -> Mesh:
         """The mesh the user first bound to ``concrete``'s devices (maybe abstract), else ``concrete``."""
         return self._origin.get(concrete, concrete)
@@ -397,8 +426,12 @@ class Driver(abc.ABC):
         return self.native_relayout(tensor, layout, devices)
 
     def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with."""
-        layout = self.native_fetch_layout(self.require_distributed(tensor, "fetch_layout"))
+        """The layout ``tensor`` was made with (recorded, else read from the tensor)."""
+        tensor = self.require_distributed(tensor, "fetch_layout")
+        recorded = self.recorded_layout(tensor)
+        if recorded is not None:
+            return recorded
+        layout = self.native_fetch_layout(tensor)
         if layout.mesh is None:
             return layout
         return layout.with_mesh(self.user_mesh(layout.mesh))

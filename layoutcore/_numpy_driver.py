@@ -36,7 +36,7 @@ class ShardedArray:
         components: per-device arrays, row-major mesh order. devices: their device names.
     """
 
-    __slots__ = ("_components", "_devices", "_dtype", "_layout", "_shape")
+    __slots__ = ("__weakref__", "_components", "_devices", "_dtype", "_layout", "_shape")
 
     def __init__(
         self,
