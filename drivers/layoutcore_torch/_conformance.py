@@ -28,7 +28,9 @@ class TorchAdapter(ConformanceAdapter):
 
         assert isinstance(tensor, DTensor), type(tensor)
         # The device names are the layout's; the data comes from torch, keyed by rank.
-        devices = self.driver.bind_mesh(self.driver.fetch_layout(tensor).mesh)  # type: ignore[arg-type]
+        mesh = self.driver.fetch_layout(tensor).mesh
+        assert mesh is not None
+        devices = self.driver.bind_mesh(mesh)
         local = tensor.to_local().detach()
         grid = [int(r) for r in tensor.device_mesh.mesh.flatten().tolist()]
         if _private.is_local_tensor(local):

@@ -123,6 +123,7 @@ class TorchDriver(Driver):
             with self._state_lock:
                 if not dist.is_initialized():
                     _private.require_simulation()
+                    _warn_if_launched_by_torchrun()
                     _private.init_fake_group(cpu_device_count())
                     self._started_simulation = True
         group = dist.group.WORLD
@@ -521,8 +522,22 @@ class TorchDriver(Driver):
             tensor, copy = tensor.cpu(), False
         if tensor.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds every value exactly
             tensor, copy = tensor.float(), False
-        out = tensor.numpy()
+        out: np.ndarray = tensor.numpy()
         return out.copy() if copy else out
+
+
+def _warn_if_launched_by_torchrun() -> None:
+    import os
+
+    if os.environ.get("TORCHELASTIC_RUN_ID") or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        warnings.warn(
+            f"This process looks launched as rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')} "
+            "(torchrun environment), but no process group is initialised, so layoutcore starts its "
+            "single-process simulation. Call torch.distributed.init_process_group() before the first "
+            "layoutcore data operation to use the real group.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
 
 
 def _rank_of(device: str) -> int:

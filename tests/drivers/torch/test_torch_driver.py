@@ -477,3 +477,23 @@ def _here() -> str:
     from conftest import HERE
 
     return str(HERE)
+
+
+def test_torchrun_environment_without_a_group_warns_before_simulating() -> None:
+    code = textwrap.dedent(
+        """
+        import json, warnings
+        import numpy as np, layoutcore as lc, torch.distributed as dist
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lc.distribute_tensor(np.zeros(2), lc.Layout([None], lc.Mesh((2,), ("x",))), driver="torch")
+        print(json.dumps({"backend": dist.get_backend(),
+                          "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}))
+        """
+    )
+    proc = run_python(code, env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert proc.returncode == 0, proc.stderr
+    out = _json_tail(proc.stdout)
+    assert out["backend"] == "fake"
+    [message] = out["warnings"]  # type: ignore[misc]
+    assert "rank 1 of 2" in message and "init_process_group" in message
