@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import math
-import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -87,10 +86,6 @@ class JaxDriver(Driver):
         self._multiprocess = jax.process_count() > 1
         self._process_index = jax.process_index()
         self._shardings = _BoundedCache()  # Layout -> NamedSharding
-        # id(array) -> (weak reference, layout) for every array this driver made. A NamedSharding
-        # cannot tell meshes apart that differ only by name, or abstract from concrete, so
-        # fetch_layout answers from here what the sharding alone could not.
-        self._made: dict[int, tuple[weakref.ref[Any], Layout]] = {}
         self._mesh_order = _BoundedCache()  # jax.sharding.Mesh -> its devices, flat
         self._fetched = _BoundedCache()
         self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
@@ -114,16 +109,6 @@ class JaxDriver(Driver):
             concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
             sharding = self._shardings.put(layout, _to_named_sharding(Layout(layout.axes, concrete), self._axis_types))
         return sharding  # type: ignore[no-any-return]
-
-    def _remember(self, array: jax.Array, layout: Layout) -> jax.Array:
-        key = id(array)
-        made = self._made
-
-        def forget(_: object) -> None:
-            made.pop(key, None)
-
-        made[key] = (weakref.ref(array, forget), layout)
-        return array
 
     # -- required hooks --------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -152,7 +137,7 @@ class JaxDriver(Driver):
         return np.asarray(value)
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self._remember(self._jax.device_put(value, self._sharding(layout, devices)), layout)
+        return self.remember_layout(self._jax.device_put(value, self._sharding(layout, devices)), layout)
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
         shards = tensor.addressable_shards
@@ -181,19 +166,10 @@ class JaxDriver(Driver):
             jax.device_put(component, self._by_name[devices[p]])
             for p, component in zip(positions, components, strict=True)
         ]
-        return self._remember(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays), layout)
+        return self.remember_layout(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays), layout)
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self._remember(self._jax.device_put(tensor, self._sharding(layout, devices)), layout)
-
-    def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with by this driver; for any other array on a
-        ``NamedSharding`` (a JAX computation's result), the layout its sharding converts to."""
-        tensor = self.require_distributed(tensor, "fetch_layout")
-        entry = self._made.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            return entry[1]
-        return super().fetch_layout(tensor)
+        return self.remember_layout(self._jax.device_put(tensor, self._sharding(layout, devices)), layout)
 
     def native_fetch_layout(self, tensor: jax.Array) -> Layout:
         key = (tensor.sharding, tensor.ndim)
@@ -282,11 +258,11 @@ class JaxDriver(Driver):
             jitted = entry[0] = jax.jit(plain, out_shardings=sharding)
         if math.prod(out.shape) == 0:
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
-            return self._remember(jax.device_put(np.empty(out.shape, out.dtype), sharding), layout)
+            return self.remember_layout(jax.device_put(np.empty(out.shape, out.dtype), sharding), layout)
         result = jitted(*dynamic)
         if result.sharding != sharding:  # jit honours out_shardings; never hand back anything else
             raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
-        return self._remember(result, layout)
+        return self.remember_layout(result, layout)
 
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"
