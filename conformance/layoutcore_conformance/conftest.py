@@ -24,6 +24,9 @@ import layoutcore as lc
 from .adapter import ConformanceAdapter, load_adapter
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
+#: Per-test limit when pytest-timeout is installed and no --timeout was given: a driver that
+#: hangs (a framework deadlock) fails that test with a stack dump instead of stalling the run.
+TEST_TIMEOUT_S = 300
 DEFAULT_PROFILE = "ci"
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -77,6 +80,15 @@ def _header_lines() -> list[str]:
         f"  devices ({len(devices)}): {', '.join(devices)}",
         f"  hypothesis profile: {settings.get_current_profile_name()}, max_examples={settings().max_examples}",
     ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("timeout") or config.getoption("timeout", None) or config.getini("timeout"):
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            # "thread": a hang inside framework C++ code never returns to Python for a signal.
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S, method="thread"))
 
 
 @pytest.fixture(scope="session")
