@@ -475,8 +475,8 @@ class TorchDriver(Driver):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """torch's own factories (``torch.ones``, ``zeros``, ``empty``, ``full``, ``rand``, ``randn``) become
-        their DTensor twins, which create each shard in place; any other ``fn`` runs once and is distributed."""
+        """torch's own factories (``torch.ones``, ``zeros``, ``empty``, ``full``) become their DTensor twins,
+        which create each shard in place; any other ``fn`` runs once and is distributed."""
         factory = _dtensor_factory(fn)
         parsed = _factory_call(self._torch, fn, args, kwargs) if factory is not None else None
         if factory is None or parsed is None:
@@ -566,8 +566,8 @@ def _dtensor_factory(fn: Any) -> Callable[..., Any] | None:
         torch.zeros: tdt.zeros,
         torch.empty: tdt.empty,
         torch.full: tdt.full,
-        torch.rand: tdt.rand,
-        torch.randn: tdt.randn,
+        # Not rand/randn: on a CPU DeviceMesh torch's DTensor random factories have no RNG tracker and
+        # fail (torch 2.13: AssertionError in _dtensor_init_helper), so they take the general path.
     }
     try:
         return table.get(fn)

@@ -323,6 +323,15 @@ def test_call_with_layout_full_and_fallback(driver: TorchDriver, mesh32: Mesh) -
     layout = Layout((None, "y"), mesh32)
     full = lc.call_with_layout(torch.full, layout, (3, 4), 2.5, driver=driver)
     np.testing.assert_array_equal(lc.to_numpy(full, driver=driver), np.full((3, 4), 2.5, np.float32))
+    for factory, value in ((torch.zeros, 0), (torch.empty, None)):
+        made = lc.call_with_layout(factory, Layout(("x", None), mesh32), size=(5, 3), dtype=torch.int32, driver=driver)
+        assert [p.shape for p in per_device(made)] == Layout(("x", None), mesh32).local_shapes((5, 3))
+        assert made.dtype == torch.int32 and (value is None or (lc.to_numpy(made, driver=driver) == value).all())
+    # torch's DTensor rand has no RNG tracker on a CPU mesh; the general path still gives one global value.
+    rand = lc.call_with_layout(torch.rand, Layout(("x", None), mesh32), (5, 3), driver=driver)
+    values = lc.to_numpy(rand, driver=driver)
+    for got, w in zip(per_device(rand), expected_pieces(values, Layout(("x", None), mesh32)), strict=True):
+        np.testing.assert_array_equal(got, w)
     other = lc.call_with_layout(lambda n: torch.arange(n * 4).reshape(n, 4), layout, 3, driver=driver)
     for got, w in zip(per_device(other), expected_pieces(np.arange(12).reshape(3, 4), layout), strict=True):
         np.testing.assert_array_equal(got, w)
