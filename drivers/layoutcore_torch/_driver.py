@@ -57,6 +57,10 @@ __all__ = ["TorchDriver"]
 #: Attribute on the DTensors the driver returns: the Layout they were made with.
 _TAG = "_layoutcore_layout"
 
+#: Process-wide facts (torch.distributed's default group is process-global, drivers may be re-created):
+#: whether a torch driver started the fake group, and whether the "devices stand" warning was given.
+_PROCESS = {"started_simulation": False, "warned": False}
+
 
 class _World:
     """What the default process group looks like to the driver (immutable snapshot)."""
@@ -103,8 +107,6 @@ class TorchDriver(Driver):
         self._distribute = distribute_tensor
         self._state_lock = threading.RLock()
         self._world: _World | None = None
-        self._started_simulation = False
-        self._warned = False
         # Conversions cached on the hashable layoutcore values (reset when the world changes).
         self._device_meshes: dict[Mesh, Any] = {}
         # DeviceMesh -> Mesh: by identity first; by torch equality (same ranks and names) for a DeviceMesh that
@@ -125,7 +127,7 @@ class TorchDriver(Driver):
                     _private.require_simulation()
                     _warn_if_launched_by_torchrun()
                     _private.init_fake_group(cpu_device_count())
-                    self._started_simulation = True
+                    _PROCESS["started_simulation"] = True
         group = dist.group.WORLD
         world = self._world
         if world is not None and world.group is group:
@@ -148,9 +150,9 @@ class TorchDriver(Driver):
         import os
 
         wanted = cpu_device_count()
-        if self._warned or world.size == wanted or (not world.simulated and not os.environ.get(CPU_DEVICES_ENV)):
+        if _PROCESS["warned"] or world.size == wanted or (not world.simulated and not os.environ.get(CPU_DEVICES_ENV)):
             return
-        self._warned = True
+        _PROCESS["warned"] = True
         kind = "simulated (fake) process group" if world.simulated else f"{world.device_type} process group"
         warnings.warn(
             f"torch.distributed was already initialised with a {kind} of world size {world.size}; its "
@@ -165,12 +167,12 @@ class TorchDriver(Driver):
         Distributed tensors made in the simulation cannot be used afterwards.
         """
         with self._state_lock:
-            if not (self._started_simulation and self._dist.is_initialized()):
+            if not (_PROCESS["started_simulation"] and self._dist.is_initialized()):
                 return False
             if str(self._dist.get_backend()) != _private.FAKE_BACKEND:
                 return False
             self._dist.destroy_process_group()
-            self._started_simulation = False
+            _PROCESS["started_simulation"] = False
             self._world = None
             self._forget()
             return True
