@@ -18,7 +18,8 @@ Simulated mode (fake process group + ``LocalTensorMode``), 8 ranks, a 4x2 mesh `
 
 Targets (median time ratio layoutcore / torch): <= 1.10 at 64 MiB, <= 2 at 1 KiB. The clock is
 this process's CPU time by default (``--clock wall`` for wall time): the machine is shared, and
-waiting for a core is not work. Writes ``benchmarks/results/bench_torch.json``.
+waiting for a core is not work. Writes ``benchmarks/results/bench_torch.json``
+(``bench_torch.wall.json`` with ``--clock wall``).
 
 Allocator: each 64 MiB call allocates 8 MiB shards. With glibc's default dynamic thresholds a
 freed shard sometimes goes back to the OS and is page-faulted in again by the next call, so the
@@ -158,7 +159,7 @@ def main() -> int:
             f"{r['ratio']:7.3f} {r['target']:7.2f}{mark}"
         )
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "bench_torch.json"
+    out = RESULTS / ("bench_torch.json" if args.clock == "cpu" else f"bench_torch.{args.clock}.json")
     out.write_text(
         json.dumps(
             {
