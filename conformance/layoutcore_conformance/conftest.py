@@ -14,7 +14,10 @@ The suite runs against whichever driver ``layoutcore.get_driver()`` gives, i.e. 
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -24,9 +27,12 @@ import layoutcore as lc
 from .adapter import ConformanceAdapter, load_adapter
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
-#: Per-test limit when pytest-timeout is installed and no --timeout was given: a driver that
-#: hangs (a framework deadlock) fails that test with a stack dump instead of stalling the run.
-TEST_TIMEOUT_S = 300
+#: A test still running after this many seconds (``LAYOUTCORE_CONFORMANCE_HANG_S`` overrides it;
+#: 0 disables) is taken for a deadlock inside the framework: every thread's stack is dumped and the
+#: run exits with status 1. A framework call that hangs holding the GIL is beyond pytest-timeout's
+#: signal and thread methods; faulthandler's watchdog runs without the GIL.
+HANG_ENV = "LAYOUTCORE_CONFORMANCE_HANG_S"
+DEFAULT_HANG_S = 600.0
 DEFAULT_PROFILE = "ci"
 
 _common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -82,13 +88,37 @@ def _header_lines() -> list[str]:
     ]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("timeout") or config.getoption("timeout", None) or config.getini("timeout"):
-        return
-    for item in items:
-        if item.get_closest_marker("timeout") is None:
-            # "thread": a hang inside framework C++ code never returns to Python for a signal.
-            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S, method="thread"))
+def _hang_limit(config: pytest.Config) -> float:
+    if float(config.getini("faulthandler_timeout") or 0) > 0:
+        return 0.0  # pytest's own faulthandler watchdog is in use; leave it alone
+    raw = os.environ.get(HANG_ENV, "").strip()
+    limit = float(raw) if raw else DEFAULT_HANG_S
+    timeout = config.getoption("timeout", None)  # pytest-timeout, when installed
+    if limit and timeout:
+        limit = max(limit, float(timeout) + 30)  # let pytest-timeout act first where it can
+    return limit
+
+
+def _stderr_fd(config: pytest.Config) -> int:
+    """The real stderr (pytest's faulthandler plugin keeps a copy from before output capture)."""
+    try:
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+        return config.stash[fault_handler_stderr_fd_key]
+    except (ImportError, KeyError):
+        return sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    limit = _hang_limit(item.config)
+    if limit:
+        faulthandler.dump_traceback_later(limit, exit=True, file=_stderr_fd(item.config))
+    try:
+        return (yield)
+    finally:
+        if limit:
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")
