@@ -58,7 +58,9 @@ def native_mesh(mesh: Mesh, devices: tuple[str, ...], local: frozenset[str]) -> 
     positions = [p for p, d in enumerate(devices) if d in local]
     if not positions:
         # A mesh with no device here is a "remote" DTensor mesh; TF segfaults on some uses.
-        raise LayoutError(f"{mesh!r} has no device in this client ({sorted(local)}); TF cannot use it here.", value=mesh)
+        raise LayoutError(
+            f"{mesh!r} has no device in this client ({sorted(local)}); TF cannot use it here.", value=mesh
+        )
     native = dtensor.Mesh(
         dim_names=list(mesh.axis_names),
         global_device_ids=np.arange(mesh.size).reshape(mesh.shape),
@@ -131,7 +133,9 @@ def _mesh_devices(native: Any, text: str) -> list[str] | None:
     size = int(native.size)
     ids = [int(i) for i in np.ravel(native.global_device_ids())]
     if ids != list(range(size)):
-        raise LayoutError(f"Global device ids must be 0..{size - 1} in row-major order. Received {ids} in {text!r}", value=text)
+        raise LayoutError(
+            f"Global device ids must be 0..{size - 1} in row-major order. Received {ids} in {text!r}", value=text
+        )
     local_ids = [int(i) for i in native.local_device_ids()]
     local_devices = list(native.local_devices())
     if sorted(local_ids) == ids:
@@ -165,7 +169,9 @@ def from_tensorflow_mesh(native: Any) -> Mesh:
         raise LayoutError(f"Expected a tf.experimental.dtensor.Mesh. Received: {native!r}", value=native)
     text = native.to_string()
     if native.is_single_device():
-        raise LayoutError(f"A single-device DTensor mesh has no axes and is not a layoutcore Mesh: {text!r}", value=native)
+        raise LayoutError(
+            f"A single-device DTensor mesh has no axes and is not a layoutcore Mesh: {text!r}", value=native
+        )
     if native.is_remote():
         raise LayoutError(
             f"A remote DTensor mesh (no device in this process) cannot be used here: {text!r}. Convert it in a "
@@ -277,7 +283,8 @@ def from_str(data: bytes) -> Layout:
 def _check_proto_names(mesh: Any) -> None:
     # TF builds its C++ mesh from these names and crashes on some (FACTS §5.1); check them first.
     try:
-        Mesh([max(int(d.size), 1) for d in mesh.mesh_dimensions] or [1], [d.name for d in mesh.mesh_dimensions] or ["d"])
+        Mesh(
+            [max(int(d.size), 1) for d in mesh.mesh_dimensions] or [1], [d.name for d in mesh.mesh_dimensions] or ["d"]
+        )
     except LayoutError as exc:
         raise LayoutError(f"The mesh proto holds a mesh layoutcore cannot represent: {exc}", value=mesh) from None
-

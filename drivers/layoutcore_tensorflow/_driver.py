@@ -36,9 +36,10 @@ class TensorFlowDriver(Driver):
     tensor axis, so neither capability is declared and the inherited checks raise
     :class:`~layoutcore.UnsupportedLayoutError` for both before TF is called.
 
-    ``relayout`` onto another mesh goes through TF's cross-mesh ``copy_to_mesh``, which only
-    moves replicated values: the value is gathered on every source device, copied, then sliced
-    on the destination mesh (memory: the full value per device, for the duration of the call).
+    ``relayout`` onto another mesh goes through host memory (DTensor relayouts within one mesh
+    only, and its cross-mesh ``copy_to_mesh`` of replicated values can deadlock): the value is
+    read once with :meth:`to_numpy` and placed as by :meth:`distribute_tensor`, so for the
+    duration of the call the whole value lives in host memory.
     """
 
     name = "tensorflow"
@@ -61,6 +62,10 @@ class TensorFlowDriver(Driver):
         self._wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._wrapped_strong: dict[Any, Any] = {}
         self._fn_lock = threading.Lock()
+        # id(tensor) -> (weak reference, layout) for every DTensor this driver made. A native
+        # layout cannot tell an abstract mesh from the concrete one it was bound to (nor two user
+        # meshes over the same devices), so fetch_layout answers from here where it can.
+        self._made: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
     # -- devices ------------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -105,6 +110,25 @@ class TensorFlowDriver(Driver):
             return native
 
     # -- tensors ------------------------------------------------------------------------------
+    def _remember(self, tensor: Any, layout: Layout) -> Any:
+        key = id(tensor)
+        made = self._made
+
+        def forget(_: Any, key: int = key) -> None:
+            made.pop(key, None)
+
+        made[key] = (weakref.ref(tensor, forget), layout)
+        return tensor
+
+    def fetch_layout(self, tensor: Any) -> Layout:
+        """The layout ``tensor`` was made with by this driver (its mesh as the user gave it,
+        abstract or not); for any other DTensor, the layout ``dtensor.fetch_layout`` gives."""
+        tensor = self.require_distributed(tensor, "fetch_layout")
+        entry = self._made.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        return super().fetch_layout(tensor)
+
     def is_distributed(self, value: Any) -> bool:
         tf = self._tf
         return isinstance(value, (tf.Tensor, tf.Variable)) and bool(self._dtensor.is_dtensor(value))
@@ -122,11 +146,11 @@ class TensorFlowDriver(Driver):
         dtensor = self._dtensor
         native = self._native(layout, devices)
         if layout.is_fully_replicated():
-            return dtensor.copy_to_mesh(value, native)
+            return self._remember(dtensor.copy_to_mesh(value, native), layout)
         nbytes = int(np.prod(self.shape_of(value), dtype=np.int64)) * np.dtype(_numpy_dtype(value)).itemsize
         if nbytes > PACK_MAX_BYTES:
             replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
-            return dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native)
+            return self._remember(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout)
         # Small values: one pack of the distinct blocks beats DTensor's relayout (~1 ms) by 10x.
         slices = _slices(layout, self.shape_of(value))
         blocks = layout.offset_to_shard()
@@ -137,7 +161,7 @@ class TensorFlowDriver(Driver):
             if block not in made:
                 made[block] = value[slices[position]]
             components.append(made[block])
-        return dtensor.pack(components, native)
+        return self._remember(dtensor.pack(components, native), layout)
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         return list(self._dtensor.unpack(self._tensor(tensor)))
@@ -145,7 +169,7 @@ class TensorFlowDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
-        return self._dtensor.pack(components, self._native(layout, devices))
+        return self._remember(self._dtensor.pack(components, self._native(layout, devices)), layout)
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
@@ -153,17 +177,23 @@ class TensorFlowDriver(Driver):
         native = self._native(layout, devices)
         source = dtensor.fetch_layout(tensor)
         if source.to_string() == native.to_string():
-            return tensor  # DTensors are immutable; TF's own no-op relayout costs ~1 ms
+            # TF's own no-op relayout costs ~1 ms. DTensors are immutable: hand back the same one,
+            # or an identity where it was made with another (say abstract) mesh over these devices.
+            entry = self._made.get(id(tensor))
+            if entry is not None and entry[0]() is tensor and entry[1] == layout:
+                return tensor
+            return self._remember(self._tf.identity(tensor), layout)
+        shape = self.shape_of(tensor)
+        if 0 in shape:
+            # Nothing to move; TF's collectives fail on empty shapes ("shape in CollectiveParams
+            # should be non-empty"), so build the empty components directly.
+            return self.native_distribute(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string():
-            return dtensor.relayout(tensor, native)
-        # Another mesh: TF moves only replicated values between meshes (copy_to_mesh).
-        source_layout = from_tensorflow_layout(source)
-        source_mesh: Mesh = source_layout.mesh  # type: ignore[assignment]
-        gathered = tensor
-        if not source_layout.is_fully_replicated():
-            gathered = dtensor.relayout(tensor, self._replicated_native(source_mesh, layout.rank, source_mesh.devices))  # type: ignore[arg-type]
-        moved = dtensor.copy_to_mesh(gathered, self._replicated_native(layout.mesh, layout.rank, devices))  # type: ignore[arg-type]
-        return moved if layout.is_fully_replicated() else dtensor.relayout(moved, native)
+            return self._remember(dtensor.relayout(tensor, native), layout)
+        # Another mesh. DTensor's relayout works within one mesh, and its cross-mesh copy_to_mesh
+        # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), so
+        # the value goes through host memory: read once, then placed as distribute_tensor does.
+        return self.native_distribute(self.native_to_numpy(tensor), layout, devices)
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
         return from_tensorflow_layout(self._dtensor.fetch_layout(tensor))
@@ -196,7 +226,12 @@ class TensorFlowDriver(Driver):
         return out
 
     def native_call_with_layout(
-        self, fn: Callable[..., Any], layout: Layout, devices: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Callable[..., Any],
+        layout: Layout,
+        devices: tuple[str, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         """``dtensor.call_with_layout`` on ``tf.function(fn)``.
 
@@ -205,16 +240,19 @@ class TensorFlowDriver(Driver):
         ``fn``. The traced output shape is checked against the layout first, so an uneven or
         wrong-rank result raises layoutcore's error instead of TF's.
         """
-        native = self._native(layout, devices)
+        # Shape-independent refusals (several mesh axes on one tensor axis) before tracing fn.
+        self.check_layout(layout, (0,) * layout.rank)
         function = self._as_function(fn)
         output = function.get_concrete_function(*args, **kwargs).structured_outputs
         if not isinstance(output, self._tf.Tensor):
             raise LayoutError(
                 f"call_with_layout needs fn to return one tensor; {fn!r} returns {type(output).__name__}.", value=fn
             )
-        if output.shape.is_fully_defined():
-            self.check_layout(layout, tuple(int(s) for s in output.shape))
-        return self._dtensor.call_with_layout(function, native, *args, **kwargs)
+        if output.shape.rank is not None:
+            shape = tuple(0 if s is None else int(s) for s in output.shape)
+            self.check_layout(layout, shape)  # a rank mismatch or an uneven axis: layoutcore's error, not TF's
+        native = self._native(layout, devices)
+        return self._remember(self._dtensor.call_with_layout(function, native, *args, **kwargs), layout)
 
     def _as_function(self, fn: Callable[..., Any]) -> Any:
         tf = self._tf
@@ -235,10 +273,12 @@ class TensorFlowDriver(Driver):
 
     # -- variables: dtensor.DVariable ---------------------------------------------------------
     def variable_create(self, value: Any, layout: Layout) -> Any:
-        return self._dtensor.DVariable(value)
+        variable = self._dtensor.DVariable(value)
+        variable._layoutcore_layout = layout  # what fetch_layout of a read answers
+        return variable
 
     def variable_read(self, handle: Any) -> Any:
-        return handle.read_value()
+        return self._remember(handle.read_value(), handle._layoutcore_layout)
 
     def variable_assign(self, handle: Any, value: Any) -> None:
         handle.assign(value)

@@ -117,7 +117,9 @@ def global_device_names() -> tuple[tuple[str, ...], frozenset[str]]:
         for task in range(dtensor.num_clients())
         for i in range(count)
     ]
-    mine = [f"/job:{job}/replica:0/task:{dtensor.client_id()}/device:{t}:{i}" for t, c in by_type.items() for i in range(c)]
+    mine = [
+        f"/job:{job}/replica:0/task:{dtensor.client_id()}/device:{t}:{i}" for t, c in by_type.items() for i in range(c)
+    ]
     return canonical_names(everything), frozenset(canonical_names(mine))
 
 
@@ -182,10 +184,13 @@ def initialize_multi_client(
         raise MultiClientInitError(f"jobs must be 'host:port' strings, one per client. Received: {jobs!r}", value=jobs)
     if isinstance(client_id, bool) or not isinstance(client_id, int) or not 0 <= client_id < len(jobs):
         raise MultiClientInitError(
-            f"client_id must be an int in 0..{len(jobs) - 1} for {len(jobs)} jobs. Received: {client_id!r}", value=client_id
+            f"client_id must be an int in 0..{len(jobs) - 1} for {len(jobs)} jobs. Received: {client_id!r}",
+            value=client_id,
         )
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise MultiClientInitError(f"timeout must be a positive number of seconds. Received: {timeout!r}", value=timeout)
+        raise MultiClientInitError(
+            f"timeout must be a positive number of seconds. Received: {timeout!r}", value=timeout
+        )
     count = cpu_device_count() if num_cpu_devices is None else num_cpu_devices
     if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
         raise ConfigurationError(f"num_cpu_devices must be a positive int. Received: {count!r}", value=count)

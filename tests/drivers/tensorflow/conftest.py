@@ -1,0 +1,34 @@
+"""Fixtures for the TensorFlow driver's own tests (the conformance suite runs separately under tox -e tensorflow)."""
+
+from __future__ import annotations
+
+import pytest
+
+import layoutcore as lc
+
+tf = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow driver's tests need the tensorflow extra: pip install 'layoutcore[tensorflow]'"
+)
+
+from layoutcore_tensorflow import TensorFlowDriver  # noqa: E402
+
+
+@pytest.fixture
+def driver() -> TensorFlowDriver:
+    """The registered tensorflow driver (fresh per test: the root conftest resets the registry)."""
+    d = lc.get_driver("tensorflow")
+    assert isinstance(d, TensorFlowDriver)
+    assert len(d.list_devices()) >= 8, "these tests run with LAYOUTCORE_CPU_DEVICES unset (8 logical CPUs)"
+    return d
+
+
+@pytest.fixture
+def mesh42() -> lc.Mesh:
+    """A 4x2 mesh, abstract (bound to the driver's first 8 devices)."""
+    return lc.Mesh((4, 2), ("x", "y"))
+
+
+@pytest.fixture
+def mesh32() -> lc.Mesh:
+    """The DTensor guide's 3x2 mesh over CPU:0 .. CPU:5."""
+    return lc.Mesh((3, 2), ("x", "y"), [f"CPU:{i}" for i in range(6)])
