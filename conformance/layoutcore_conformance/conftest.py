@@ -35,12 +35,26 @@ HANG_ENV = "LAYOUTCORE_CONFORMANCE_HANG_S"
 DEFAULT_HANG_S = 600.0
 DEFAULT_PROFILE = "ci"
 
-_common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
-settings.register_profile("ci", max_examples=30, derandomize=True, database=None, print_blob=True, **_common)
-settings.register_profile("dev", max_examples=60, **_common)
-settings.register_profile("thorough", max_examples=1000, **_common)
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile(
-    "smoke", max_examples=10, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate], **_common
+    "ci",
+    max_examples=30,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
+)
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile(
+    "smoke",
+    max_examples=10,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    deadline=None,
+    suppress_health_check=_SLOW_OK,
 )
 
 

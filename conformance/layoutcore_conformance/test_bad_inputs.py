@@ -53,6 +53,11 @@ class Bad:
     names: Callable[[Env], list[str]]
 
 
+def _bad(value: Any) -> Any:
+    """A deliberately ill-typed argument (erases its type for the type checker)."""
+    return value
+
+
 def _lm() -> lc.LayoutMap:
     lm = lc.LayoutMap(lc.Mesh((2,), ("model",)))
     lm["dense.*"] = (None, "model")
@@ -70,6 +75,14 @@ def _variable(env: Env) -> lc.Variable:
 
 def _const(*names: str) -> Callable[[Env], list[str]]:
     return lambda env: list(names)
+
+
+def _mesh_with_axis(name: str) -> Callable[[Env], Any]:
+    return lambda env: lc.Mesh((2,), (name,))
+
+
+def _type_name_of_plain(kind: str) -> Callable[[Env], list[str]]:
+    return lambda env: [type(_plain(env, kind)).__name__]
 
 
 def _not_distributed(name: str, kind: str) -> Callable[[Env], Any]:
@@ -100,7 +113,7 @@ TABLE = [
     Bad("mesh-empty-shape", lambda e: lc.Mesh((), ()), lc.LayoutError, ValueError, _const("()")),
     Bad("mesh-zero-size", lambda e: lc.Mesh((3, 0), ("x", "y")), lc.LayoutError, ValueError, _const("(3, 0)")),
     Bad("mesh-negative-size", lambda e: lc.Mesh((-2,), ("x",)), lc.LayoutError, ValueError, _const("-2")),
-    Bad("mesh-float-size", lambda e: lc.Mesh((2.5,), ("x",)), lc.LayoutError, ValueError, _const("2.5")),
+    Bad("mesh-float-size", lambda e: lc.Mesh(_bad((2.5,)), ("x",)), lc.LayoutError, ValueError, _const("2.5")),
     Bad("mesh-names-vs-shape", lambda e: lc.Mesh((3, 2), ("x",)), lc.LayoutError, ValueError, _const("('x',)")),
     Bad("mesh-duplicate-names", lambda e: lc.Mesh((3, 2), ("dup", "dup")), lc.LayoutError, ValueError, _const("'dup'")),
     Bad(
@@ -112,7 +125,7 @@ TABLE = [
     ),
     Bad("mesh-empty-name", lambda e: lc.Mesh((2,), ("",)), lc.LayoutError, ValueError, _const("''")),
     *[
-        Bad(f"mesh-name-{label}", lambda e, n=name: lc.Mesh((2,), (n,)), lc.LayoutError, ValueError, _const(repr(name)))
+        Bad(f"mesh-name-{label}", _mesh_with_axis(name), lc.LayoutError, ValueError, _const(repr(name)))
         for label, name in [
             ("comma", "a,b"),
             ("pipe", "a|b"),
@@ -144,7 +157,7 @@ TABLE = [
         ValueError,
         _const("'GPU-zero'"),
     ),
-    Bad("create_mesh-not-pairs", lambda e: lc.create_mesh(["x"]), lc.LayoutError, ValueError, _const("['x']")),
+    Bad("create_mesh-not-pairs", lambda e: lc.create_mesh(_bad(["x"])), lc.LayoutError, ValueError, _const("['x']")),
     Bad(
         "mesh-from_string",
         lambda e: lc.Mesh.from_string("|x=3,y=2|"),
@@ -167,7 +180,7 @@ TABLE = [
     ),
     Bad("layout-bad-entry", lambda e: lc.Layout([3, None], M32), lc.LayoutError, ValueError, _const("3")),
     Bad("layout-string-axes", lambda e: lc.Layout("xy", M32), lc.LayoutError, ValueError, _const("'xy'")),
-    Bad("layout-mesh-not-a-mesh", lambda e: lc.Layout(["x"], "x=3"), lc.LayoutError, ValueError, _const("'x=3'")),
+    Bad("layout-mesh-not-a-mesh", lambda e: lc.Layout(["x"], _bad("x=3")), lc.LayoutError, ValueError, _const("'x=3'")),
     Bad(
         "layout-from_string-no-space",
         lambda e: lc.Layout.from_string("sharding_specs:x,unsharded,mesh:|x=3|0,1,2|0,1,2|CPU:0,CPU:1,CPU:2"),
@@ -198,7 +211,7 @@ TABLE = [
     ),
     Bad(
         "distribute-not-a-layout",
-        lambda e: lc.distribute_tensor(values((6,), "float32"), ("x",)),
+        lambda e: lc.distribute_tensor(values((6,), "float32"), _bad(("x",))),
         lc.LayoutError,
         ValueError,
         _const("('x',)"),
@@ -225,11 +238,23 @@ TABLE = [
         ValueError,
         _const("'dense/kernel'", "'dense.*'", "'.*kernel'"),
     ),
-    Bad("layoutmap-bad-value", lambda e: lc.LayoutMap().__setitem__("a", 3), lc.LayoutError, ValueError, _const("3")),
-    Bad("layoutmap-bad-match", lambda e: lc.LayoutMap(match="regex"), lc.LayoutError, ValueError, _const("'regex'")),
+    Bad(
+        "layoutmap-bad-value",
+        lambda e: lc.LayoutMap().__setitem__("a", _bad(3)),
+        lc.LayoutError,
+        ValueError,
+        _const("3"),
+    ),
+    Bad(
+        "layoutmap-bad-match",
+        lambda e: lc.LayoutMap(match=_bad("regex")),
+        lc.LayoutError,
+        ValueError,
+        _const("'regex'"),
+    ),
     Bad(
         "layoutmap-bad-on_multiple",
-        lambda e: lc.LayoutMap(on_multiple="last"),
+        lambda e: lc.LayoutMap(on_multiple=_bad("last")),
         lc.LayoutError,
         ValueError,
         _const("'last'"),
@@ -281,7 +306,7 @@ TABLE = [
             _not_distributed(name, kind),
             lc.NotDistributedError,
             TypeError,
-            lambda e, kind=kind: [type(_plain(e, kind)).__name__],
+            _type_name_of_plain(kind),
         )
         for name in ("relayout", "unpack", "to_numpy", "fetch_layout")
         for kind in ("numpy", "framework")
@@ -303,7 +328,7 @@ TABLE = [
     ),
     Bad(
         "call_with_layout-not-callable",
-        lambda e: lc.call_with_layout("ones", e.layout, (6, 4)),
+        lambda e: lc.call_with_layout(_bad("ones"), e.layout, (6, 4)),
         lc.LayoutError,
         ValueError,
         _const("'ones'"),

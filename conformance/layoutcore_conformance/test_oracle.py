@@ -37,7 +37,7 @@ def _bounds(slices: list[tuple[slice, ...]]) -> list[tuple[tuple[int, int], ...]
 
 
 # FACTS F1.1: G = arange(36).reshape(6, 6) on the 3x2 mesh (x, y); JAX, TF and torch all gave these.
-MEASURED_6x6 = {
+MEASURED_6x6: dict[tuple[str | None, ...], list[tuple[tuple[int, int], ...]]] = {
     ("x", None): [
         ((0, 2), (0, 6)),
         ((0, 2), (0, 6)),
@@ -72,7 +72,7 @@ MEASURED_6x6 = {
     ],
 }
 # FACTS F3.1: arange(12) over two mesh axes, major to minor in tuple order.
-MEASURED_MULTI = {
+MEASURED_MULTI: dict[tuple[str, ...], list[tuple[tuple[int, int], ...]]] = {
     ("x", "y"): [((0, 2),), ((2, 4),), ((4, 6),), ((6, 8),), ((8, 10),), ((10, 12),)],
     ("y", "x"): [((0, 2),), ((6, 8),), ((2, 4),), ((8, 10),), ((4, 6),), ((10, 12),)],
 }
