@@ -418,7 +418,8 @@ class Driver(abc.ABC):
                 devices,
             ):
                 raise UnsupportedLayoutError(
-                    f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r}.",
+                    f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
+                    f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
                     driver=self.name,
                     feature=Capability.RELAYOUT_ACROSS_MESHES.value,
                     value=layout,
