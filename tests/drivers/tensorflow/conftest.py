@@ -15,8 +15,9 @@ from layoutcore_tensorflow import TensorFlowDriver  # noqa: E402
 
 @pytest.fixture
 def driver() -> TensorFlowDriver:
-    """The registered tensorflow driver (fresh per test: the root conftest resets the registry)."""
-    d = lc.get_driver("tensorflow")
+    """The registered tensorflow driver, made the active one (the root conftest resets both after each test)."""
+    lc.set_driver("tensorflow")
+    d = lc.get_driver()
     assert isinstance(d, TensorFlowDriver)
     assert len(d.list_devices()) >= 8, "these tests run with LAYOUTCORE_CPU_DEVICES unset (8 logical CPUs)"
     return d
