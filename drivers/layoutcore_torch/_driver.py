@@ -55,8 +55,6 @@ from . import _private
 __all__ = ["TorchDriver"]
 
 #: Attribute on the DTensors the driver returns: the Layout they were made with.
-_TAG = "_layoutcore_layout"
-
 #: Process-wide facts (torch.distributed's default group is process-global, drivers may be re-created):
 #: whether a torch driver started the fake group, and whether the "devices stand" warning was given.
 _PROCESS = {"started_simulation": False, "warned": False}
@@ -420,7 +418,7 @@ class TorchDriver(Driver):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = self.placements(layout)
-        if tuple(tensor.placements) == placements and getattr(tensor, _TAG, None) == layout:
+        if tuple(tensor.placements) == placements and self.recorded_layout(tensor) == layout:
             return tensor  # already laid out so, on this very Mesh
         with self.spmd(mesh.size):
             return self.remember_layout(tensor.redistribute(device_mesh, placements), layout)
@@ -428,28 +426,21 @@ class TorchDriver(Driver):
     def native_fetch_layout(self, tensor: Any) -> Layout:
         return self.layout_from_placements(tensor.placements, tensor.device_mesh, tensor.ndim)
 
-    def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with, its mesh the very Mesh value given (maybe abstract).
+    def recorded_layout(self, tensor: Any) -> Layout | None:
+        """The recorded layout, while ``tensor``'s placements and DeviceMesh still agree with it.
 
-        The driver tags each DTensor it returns with its Layout; a tensor made by torch code (an op's
-        result, or one the user built) is read from its placements and DeviceMesh instead.
+        A tensor made by torch code (an op's result, one the user built) has no record and is read
+        from its placements and DeviceMesh instead.
         """
-        tensor = self.require_distributed(tensor, "fetch_layout")
-        tag = getattr(tensor, _TAG, None)
+        layout = super().recorded_layout(tensor)
         if (
-            isinstance(tag, Layout)
-            and tag.mesh is not None
-            and tuple(tensor.placements) == self.placements(tag)
-            and tensor.device_mesh == self._device_meshes.get(tag.mesh)
+            layout is not None
+            and layout.mesh is not None
+            and tuple(tensor.placements) == self.placements(layout)
+            and tensor.device_mesh == self._device_meshes.get(layout.mesh)
         ):
-            return tag
-        return self.native_fetch_layout(tensor)
-
-    @staticmethod
-    def remember_layout(tensor: Any, layout: Layout) -> Any:
-        """Tag ``tensor`` (a DTensor this driver made) with ``layout`` for :meth:`fetch_layout`; returns it."""
-        setattr(tensor, _TAG, layout)
-        return tensor
+            return layout
+        return None
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         mesh = self.mesh_of(tensor.device_mesh)

@@ -54,8 +54,7 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
     for name, _owner, _local, param, layout in plan:
         value = drv.distribute_tensor(param.detach(), layout)
         new = torch.nn.Parameter(value, requires_grad=param.requires_grad)
-        remember = getattr(drv, "remember_layout", None)  # the torch driver's tag for fetch_layout
-        replaced[id(param)] = remember(new, layout) if remember is not None else new
+        replaced[id(param)] = drv.remember_layout(new, layout)
         result[name] = layout
     # Re-register on every owner (shared parameters included) only after all succeeded.
     for _prefix, owner in module.named_modules(remove_duplicate=False):
