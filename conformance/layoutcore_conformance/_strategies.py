@@ -28,10 +28,15 @@ AXIS_POOL = ("x", "y", "z", "batch", "model")
 MeshParts = tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...] | None, str]
 
 
-@functools.cache
 def device_budget() -> int:
     """Largest mesh to draw: 8, or fewer if the active driver has fewer devices."""
-    return min(MAX_DEVICES, len(lc.get_driver().list_devices()))
+    return min(MAX_DEVICES, len(_devices(lc.active_driver_name())))
+
+
+@functools.lru_cache(maxsize=8)
+def _devices(driver_name: str) -> tuple[str, ...]:
+    # Per driver name: one process may run the suite on several drivers (layoutcore_conformance.run).
+    return tuple(lc.get_driver(driver_name).list_devices())
 
 
 @st.composite
@@ -48,7 +53,7 @@ def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
     # A concrete mesh names the driver's first devices, in order: every framework can build it
     # (torch's simulated ranks need a regular grid), and its fetch_layout must keep the names.
     concrete = draw(st.booleans())
-    devices = tuple(lc.get_driver().list_devices()[:size]) if concrete else None
+    devices = _devices(lc.active_driver_name())[:size] if concrete else None
     name = draw(st.sampled_from(["", "mesh1"]))
     return tuple(shape), names, devices, name
 
