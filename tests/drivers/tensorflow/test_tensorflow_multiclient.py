@@ -1,0 +1,76 @@
+"""Two DTensor clients on 127.0.0.1, and a lone client whose wait layoutcore bounds.
+
+Every child runs under a hard deadline and is killed with SIGKILL on the way out: a DTensor
+client stuck in its rendezvous ignores SIGTERM (FACTS §9.3).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _tf_helpers import child_env, free_ports
+
+WORKER = Path(__file__).with_name("tf_mc_worker.py")
+DEADLINE_S = 90
+
+
+def _finish(procs: list[subprocess.Popen[str]], deadline: float) -> list[tuple[int, str, str]]:
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()  # SIGKILL
+                proc.communicate()
+    return results
+
+
+def test_two_clients_pack_relayout_and_read_the_global_value() -> None:
+    ports = ",".join(str(p) for p in free_ports(2))
+    deadline = time.monotonic() + DEADLINE_S
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(cid), ports],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for cid in (0, 1)
+    ]
+    results = _finish(procs, deadline)
+    for cid, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"client {cid} rc {rc}\n{out}\n{err[-3000:]}"
+        assert f"client {cid} ok: positions [{2 * cid}, {2 * cid + 1}]" in out, out
+
+
+def test_a_lone_client_ends_after_the_timeout_with_a_message() -> None:
+    timeout_s = 5.0
+    ports = free_ports(2)  # the second client never starts
+    program = (
+        "import sys, time, layoutcore_tensorflow as lctf\n"
+        "import tensorflow  # imported first, so the wait below is the rendezvous alone\n"
+        "print('waiting', time.monotonic(), flush=True)\n"
+        f"lctf.initialize_multi_client(0, ['localhost:{ports[0]}', 'localhost:{ports[1]}'], num_cpu_devices=2, "
+        f"timeout={timeout_s})\n"
+        "print('joined: impossible', flush=True)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env()
+    )
+    ((rc, out, err),) = _finish([proc], start + 60)
+    ended = time.monotonic()
+    assert rc == -9, f"rc {rc}\n{out}\n{err[-3000:]}"  # ended by the watchdog's SIGKILL
+    assert "joined" not in out
+    waited = ended - float(out.split()[1])
+    assert timeout_s - 0.5 <= waited <= timeout_s + 15, waited
+    assert "did not finish within 5 s" in err and "client 0 of 2" in err and "not every client joined" in err, err[
+        -2000:
+    ]
