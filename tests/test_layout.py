@@ -11,6 +11,7 @@ import pytest
 from _support import DEVICES6, FULL
 from hypothesis import given
 from hypothesis import strategies as st
+from layoutcore_conformance.facts import CHUNKS, MEASURED_6x6, bounds
 
 import layoutcore
 from layoutcore import UNSHARDED, Layout, LayoutError, Mesh, TensorLayout, UnsupportedLayoutError
@@ -298,65 +299,14 @@ def test_str_is_short(mesh: Mesh) -> None:
 
 
 # -- geometry through Layout (FACTS §1-3) -------------------------------------------------------------
-def _ranges(slices: list[tuple[slice, ...]]) -> list[tuple[tuple[int, int], ...]]:
-    return [tuple((s.start, s.stop) for s in sl) for sl in slices]
-
-
-# FACTS F1.1: the slices JAX, TF and torch all gave for G = arange(36).reshape(6, 6) on x=3, y=2.
-F11 = {
-    ("x", None): [
-        ((0, 2), (0, 6)),
-        ((0, 2), (0, 6)),
-        ((2, 4), (0, 6)),
-        ((2, 4), (0, 6)),
-        ((4, 6), (0, 6)),
-        ((4, 6), (0, 6)),
-    ],
-    (None, "y"): [
-        ((0, 6), (0, 3)),
-        ((0, 6), (3, 6)),
-        ((0, 6), (0, 3)),
-        ((0, 6), (3, 6)),
-        ((0, 6), (0, 3)),
-        ((0, 6), (3, 6)),
-    ],
-    ("y", "x"): [
-        ((0, 3), (0, 2)),
-        ((3, 6), (0, 2)),
-        ((0, 3), (2, 4)),
-        ((3, 6), (2, 4)),
-        ((0, 3), (4, 6)),
-        ((3, 6), (4, 6)),
-    ],
-    ("x", "y"): [
-        ((0, 2), (0, 3)),
-        ((0, 2), (3, 6)),
-        ((2, 4), (0, 3)),
-        ((2, 4), (3, 6)),
-        ((4, 6), (0, 3)),
-        ((4, 6), (3, 6)),
-    ],
-}
-
-
-@pytest.mark.parametrize("axes", list(F11))
+@pytest.mark.parametrize("axes", list(MEASURED_6x6))
 def test_device_slices_match_all_three_frameworks(mesh: Mesh, axes: tuple[str | None, ...]) -> None:
-    assert _ranges(Layout(axes, mesh).device_slices((6, 6))) == F11[axes]
+    assert bounds(Layout(axes, mesh).device_slices((6, 6))) == MEASURED_6x6[axes]
 
 
-@pytest.mark.parametrize(
-    ("size", "n", "sizes"),
-    [
-        (5, 3, [2, 2, 1]),
-        (4, 3, [2, 2, 0]),
-        (2, 4, [1, 1, 0, 0]),
-        (2, 3, [1, 1, 0]),
-        (5, 4, [2, 2, 1, 0]),
-        (7, 4, [2, 2, 2, 1]),
-        (0, 3, [0, 0, 0]),
-    ],
-)
-def test_chunk_rule_is_torch_chunk(size: int, n: int, sizes: list[int]) -> None:
+@pytest.mark.parametrize(("size", "n"), list(CHUNKS))
+def test_chunk_rule_is_torch_chunk(size: int, n: int) -> None:
+    sizes = list(CHUNKS[size, n])
     # FACTS F2.3: torch's distribute_tensor (4 over 3 -> 2,2,0, NOT numpy.array_split's 2,1,1).
     layout = Layout(["x"], Mesh((n,), ("x",)))
     assert [s[0] for s in layout.local_shapes((size,))] == sizes
@@ -390,7 +340,7 @@ def test_two_axes_uneven_is_a_flat_chunk_per_dimension() -> None:
     ],
 )
 def test_multi_axis_order_is_major_to_minor(mesh: Mesh, axes: tuple[str, str], blocks: list[tuple[int, int]]) -> None:
-    assert [r[0] for r in _ranges(Layout([axes], mesh).device_slices((12,)))] == blocks
+    assert [r[0] for r in bounds(Layout([axes], mesh).device_slices((12,)))] == blocks
 
 
 def test_multi_axis_y_x_on_2x3_matches_jax() -> None:
