@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import layoutcore_tensorflow as lctf
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layoutcore_tensorflow import TensorFlowDriver
 from tensorflow.experimental import dtensor
 
 import layoutcore as lc
-import layoutcore_tensorflow as lctf
-from layoutcore_tensorflow import TensorFlowDriver
 
 U = dtensor.UNSHARDED
 NAMES = ["x", "y", "batch", "model", "a_1", "Z"]

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from _tf_helpers import FULL, run_python
+from layoutcore_tensorflow import TensorFlowDriver, to_tensorflow_layout
+from layoutcore_tensorflow._driver import PACK_MAX_BYTES
 from tensorflow.experimental import dtensor
 
 import layoutcore as lc
-from layoutcore_tensorflow import TensorFlowDriver, to_tensorflow_layout
-from layoutcore_tensorflow._driver import PACK_MAX_BYTES
 
 LAYOUTS_42 = [(None, None), ("x", None), (None, "y"), ("x", "y"), ("y", "x"), ("y", None), (None, "x")]
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import layoutcore_tensorflow as lctf
+import numpy as np
 
 client_id = int(sys.argv[1])
 ports = sys.argv[2].split(",")
