@@ -77,7 +77,7 @@ def main() -> None:
     rows = []
     for size_name, shape in SIZES.items():
         big = size_name == "64 MiB"
-        reps, warmup = (5, 2) if args.quick else ((21, 3) if big else (301, 20))
+        reps, warmup = (5, 2) if args.quick else ((31, 3) if big else (301, 20))
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
         replicated = to_tensorflow_layout(lc.Layout.replicated(mesh, 2))
         for source_axes, target_axes in LAYOUTS:

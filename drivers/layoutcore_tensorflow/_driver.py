@@ -17,6 +17,12 @@ from ._runtime import configure_cpu_devices, global_device_names, tf_modules
 
 __all__ = ["TensorFlowDriver"]
 
+#: Up to this many bytes ``distribute_tensor`` packs the distinct blocks of the input (0.4 ms for
+#: 1 KiB to 1 MiB on a 4x2 mesh, against 2-3 ms for DTensor's ``relayout(copy_to_mesh(x))``); above
+#: it, it takes DTensor's own path, whose time varied least between runs at 16-64 MiB
+#: (benchmarks/bench_tensorflow.py; measurements on a shared 2-core machine).
+PACK_MAX_BYTES = 4 << 20
+
 
 def _device_type(name: str) -> str:
     return name.rsplit("/device:", 1)[-1].split(":", 1)[0].upper()
@@ -141,11 +147,12 @@ class TensorFlowDriver(Driver):
         native = self._native(layout, devices)
         if layout.is_fully_replicated():
             return self._remember(dtensor.copy_to_mesh(value, native), layout)
-        # A pack of the distinct blocks, each sliced from the input once, beats DTensor's own
-        # relayout(copy_to_mesh(x)) at every size measured (0.25 MiB: 0.4 vs 3.0 ms; 64 MiB: 14 vs
-        # 55 ms; 256 MiB: 0.26 vs 0.45 s; 4x2 mesh, benchmarks/bench_tensorflow.py), and never
-        # holds the whole value on every device.
-        slices = _slices(layout, self.shape_of(value))
+        shape = self.shape_of(value)
+        if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES:
+            replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
+            return self._remember(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout)
+        # Small values: a pack of the distinct blocks, each sliced from the input once.
+        slices = _slices(layout, shape)
         blocks = layout.offset_to_shard()
         made: dict[tuple[int, ...], Any] = {}
         components = []
@@ -278,6 +285,11 @@ class TensorFlowDriver(Driver):
 
     def variable_assign(self, handle: Any, value: Any) -> None:
         handle.assign(value)
+
+
+def _itemsize(value: Any) -> int:
+    dtype = value.dtype
+    return int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from _tf_helpers import FULL, run_python
 from layoutcore_tensorflow import TensorFlowDriver, to_tensorflow_layout
+from layoutcore_tensorflow._driver import PACK_MAX_BYTES
 from tensorflow.experimental import dtensor
 
 import layoutcore as lc
@@ -88,8 +89,9 @@ def test_tf_started_first_keeps_its_devices_and_warns_once() -> None:
 @pytest.mark.parametrize("axes", LAYOUTS_42)
 @pytest.mark.parametrize("size", ["small", "large"])
 def test_distribute_places_oracle_slices(driver: TensorFlowDriver, mesh42: lc.Mesh, axes: tuple, size: str) -> None:
+    # "large" crosses PACK_MAX_BYTES, so both placement paths (pack / copy_to_mesh+relayout) are checked.
     rows = 8 if size == "small" else 1024
-    cols = 8 if size == "small" else 1032  # ~4 MiB
+    cols = 8 if size == "small" else PACK_MAX_BYTES // (4 * rows) + 8
     x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
     layout = lc.Layout(axes, mesh42)
     for value in (x, tf.constant(x)):
