@@ -127,9 +127,6 @@ class MultiClientInitError(LayoutcoreError, RuntimeError):
     """Multi-client DTensor set-up was asked for with bad arguments, or too late."""
 
 
-#: Exit status a stuck rendezvous ends the process with (SIGKILL: TF ignores SIGTERM there).
-WATCHDOG_SIGNAL = 9
-
 _WATCHDOG = r"""
 import os, select, signal, sys
 pid, timeout, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]

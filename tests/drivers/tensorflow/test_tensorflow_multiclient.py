@@ -6,12 +6,17 @@ client stuck in its rendezvous ignores SIGTERM (FACTS §9.3).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import layoutcore_tensorflow as lctf
+import pytest
 from _tf_helpers import child_env, free_ports
+
+import layoutcore as lc
 
 WORKER = Path(__file__).with_name("tf_mc_worker.py")
 DEADLINE_S = 90
@@ -74,3 +79,23 @@ def test_a_lone_client_ends_after_the_timeout_with_a_message() -> None:
     assert "did not finish within 5 s" in err and "client 0 of 2" in err and "not every client joined" in err, err[
         -2000:
     ]
+
+
+def test_bad_arguments_are_refused_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DTENSOR_CLIENT_ID", "DTENSOR_JOBS"):
+        monkeypatch.delenv(name, raising=False)
+    jobs = ["localhost:1", "localhost:2"]
+    for kwargs in (
+        {"client_id": 2, "jobs": jobs},
+        {"client_id": -1, "jobs": jobs},
+        {"client_id": True, "jobs": jobs},
+        {"client_id": 0, "jobs": []},
+        {"client_id": 0, "jobs": ["localhost"]},
+        {"client_id": 0, "jobs": ["a:1,b:2"]},
+        {"client_id": 0, "jobs": jobs, "timeout": 0},
+    ):
+        with pytest.raises(lctf.MultiClientInitError):
+            lctf.initialize_multi_client(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(lc.ConfigurationError):
+        lctf.initialize_multi_client(0, jobs, num_cpu_devices=0)
+    assert "DTENSOR_JOBS" not in os.environ and "DTENSOR_CLIENT_ID" not in os.environ
