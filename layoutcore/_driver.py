@@ -173,7 +173,10 @@ class Driver(abc.ABC):
 
         The default materialises ``fn(*args, **kwargs)`` and distributes it; override it where
         the framework can create each shard in place (``jax.jit(out_shardings=)``,
-        ``dtensor.call_with_layout``).
+        ``dtensor.call_with_layout``). The result's shape is only known once ``fn`` is traced or
+        run, so an override must call :meth:`check_layout` with that shape *before* creating the
+        shards (the inherited ``distribute_tensor`` does it for the default path); the inherited
+        ``call_with_layout`` verifies the returned tensor's layout afterwards.
         """
         return self.distribute_tensor(fn(*args, **kwargs), layout)
 

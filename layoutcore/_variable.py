@@ -73,6 +73,12 @@ class Variable:
         return self._shape
 
     @property
+    def handle(self) -> Any:
+        """The driver's variable state: TF's ``dtensor.DVariable``, torch's DTensor ``nn.Parameter``,
+        or a :class:`VariableHandle` box for drivers without native variables."""
+        return self._handle
+
+    @property
     def dtype(self) -> Any:
         """The value's dtype (the framework's dtype object)."""
         return self.value.dtype

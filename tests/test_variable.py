@@ -15,6 +15,7 @@ from layoutcore import (
     LayoutMismatchError,
     Mesh,
     Variable,
+    VariableHandle,
     call_with_layout,
     distribute_tensor,
     fetch_layout,
@@ -137,3 +138,12 @@ def test_a_variable_is_distributed_by_its_value() -> None:
     moved = distribute_tensor(v, Layout([None, "y"], MESH32))
     assert fetch_layout(moved) == Layout([None, "y"], MESH32)
     np.testing.assert_array_equal(to_numpy(moved), np.arange(24.0).reshape(6, 4))
+
+
+def test_handle_is_the_drivers_variable_state_and_follows_assign() -> None:
+    mesh = Mesh((2,), ("x",))
+    v = Variable(np.zeros(4), Layout(["x"], mesh))
+    assert isinstance(v.handle, VariableHandle)
+    v.assign(np.arange(4.0))
+    assert v.handle.value is v.value
+    assert to_numpy(v.handle.value).tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -62,10 +62,6 @@ class TensorFlowDriver(Driver):
         self._wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._wrapped_strong: dict[Any, Any] = {}
         self._fn_lock = threading.Lock()
-        # id(tensor) -> (weak reference, layout) for every DTensor this driver made. A native
-        # layout cannot tell an abstract mesh from the concrete one it was bound to (nor two user
-        # meshes over the same devices), so fetch_layout answers from here where it can.
-        self._made: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
     # -- devices ------------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -110,25 +106,6 @@ class TensorFlowDriver(Driver):
             return native
 
     # -- tensors ------------------------------------------------------------------------------
-    def _remember(self, tensor: Any, layout: Layout) -> Any:
-        key = id(tensor)
-        made = self._made
-
-        def forget(_: Any, key: int = key) -> None:
-            made.pop(key, None)
-
-        made[key] = (weakref.ref(tensor, forget), layout)
-        return tensor
-
-    def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with by this driver (its mesh as the user gave it,
-        abstract or not); for any other DTensor, the layout ``dtensor.fetch_layout`` gives."""
-        tensor = self.require_distributed(tensor, "fetch_layout")
-        entry = self._made.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            return entry[1]
-        return super().fetch_layout(tensor)
-
     def is_distributed(self, value: Any) -> bool:
         tf = self._tf
         return isinstance(value, (tf.Tensor, tf.Variable)) and bool(self._dtensor.is_dtensor(value))
@@ -146,11 +123,11 @@ class TensorFlowDriver(Driver):
         dtensor = self._dtensor
         native = self._native(layout, devices)
         if layout.is_fully_replicated():
-            return self._remember(dtensor.copy_to_mesh(value, native), layout)
+            return self.remember_layout(dtensor.copy_to_mesh(value, native), layout)
         shape = self.shape_of(value)
         if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES:
             replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
-            return self._remember(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout)
+            return self.remember_layout(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout)
         # Small values: a pack of the distinct blocks, each sliced from the input once.
         slices = _slices(layout, shape)
         blocks = layout.offset_to_shard()
@@ -161,7 +138,7 @@ class TensorFlowDriver(Driver):
             if block not in made:
                 made[block] = value[slices[position]]
             components.append(made[block])
-        return self._remember(dtensor.pack(components, native), layout)
+        return self.remember_layout(dtensor.pack(components, native), layout)
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         return list(self._dtensor.unpack(self._tensor(tensor)))
@@ -169,7 +146,7 @@ class TensorFlowDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
-        return self._remember(self._dtensor.pack(components, self._native(layout, devices)), layout)
+        return self.remember_layout(self._dtensor.pack(components, self._native(layout, devices)), layout)
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
@@ -179,17 +156,16 @@ class TensorFlowDriver(Driver):
         if source.to_string() == native.to_string():
             # TF's own no-op relayout costs ~1 ms. DTensors are immutable: hand back the same one,
             # or an identity where it was made with another (say abstract) mesh over these devices.
-            entry = self._made.get(id(tensor))
-            if entry is not None and entry[0]() is tensor and entry[1] == layout:
+            if self.recorded_layout(tensor) == layout:
                 return tensor
-            return self._remember(self._tf.identity(tensor), layout)
+            return self.remember_layout(self._tf.identity(tensor), layout)
         shape = self.shape_of(tensor)
         if 0 in shape:
             # Nothing to move; TF's collectives fail on empty shapes ("shape in CollectiveParams
             # should be non-empty"), so build the empty components directly.
             return self.native_distribute(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string():
-            return self._remember(dtensor.relayout(tensor, native), layout)
+            return self.remember_layout(dtensor.relayout(tensor, native), layout)
         # Another mesh. DTensor's relayout works within one mesh, and its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), so
         # the value goes through host memory: read once, then placed as distribute_tensor does.
@@ -252,7 +228,7 @@ class TensorFlowDriver(Driver):
             shape = tuple(0 if s is None else int(s) for s in output.shape)
             self.check_layout(layout, shape)  # a rank mismatch or an uneven axis: layoutcore's error, not TF's
         native = self._native(layout, devices)
-        return self._remember(self._dtensor.call_with_layout(function, native, *args, **kwargs), layout)
+        return self.remember_layout(self._dtensor.call_with_layout(function, native, *args, **kwargs), layout)
 
     def _as_function(self, fn: Callable[..., Any]) -> Any:
         tf = self._tf
@@ -281,7 +257,7 @@ class TensorFlowDriver(Driver):
         return variable
 
     def variable_read(self, handle: Any) -> Any:
-        return self._remember(handle.read_value(), handle._layoutcore_layout)
+        return self.remember_layout(handle.read_value(), handle._layoutcore_layout)
 
     def variable_assign(self, handle: Any, value: Any) -> None:
         handle.assign(value)

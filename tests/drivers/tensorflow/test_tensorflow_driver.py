@@ -261,8 +261,8 @@ def test_variables_are_dvariables(driver: TensorFlowDriver, mesh42: lc.Mesh) -> 
     layout = lc.Layout(("x", None), mesh42)
     x = np.arange(16, dtype=np.float32).reshape(8, 2)
     v = lc.Variable(x, layout)
-    assert isinstance(v._handle, dtensor.DVariable)  # see the report: a public Variable.handle is proposed
-    assert dtensor.fetch_layout(v._handle) == to_tensorflow_layout(layout)
+    assert isinstance(v.handle, dtensor.DVariable)
+    assert dtensor.fetch_layout(v.handle) == to_tensorflow_layout(layout)
     assert lc.fetch_layout(v.value) == layout
     v.assign(x + 1)
     np.testing.assert_array_equal(v.numpy(), x + 1)
@@ -289,9 +289,9 @@ def test_layout_map_scope_makes_mapped_dvariables(driver: TensorFlowDriver, mesh
         other: lc.Layout((None, None), mesh42),  # unmatched: fully replicated on the map's mesh
     }
     for variable, layout in expected.items():
-        assert isinstance(variable._handle, dtensor.DVariable)
+        assert isinstance(variable.handle, dtensor.DVariable)
         assert variable.layout == layout
-        assert dtensor.fetch_layout(variable._handle) == to_tensorflow_layout(layout)
+        assert dtensor.fetch_layout(variable.handle) == to_tensorflow_layout(layout)
         assert_placed(variable.value, variable.numpy(), layout, driver.list_devices())
 
 
