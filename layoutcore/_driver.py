@@ -32,7 +32,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -46,6 +46,9 @@ __all__ = ["CPU_DEVICES_ENV", "ConfigurationError", "Driver", "VariableHandle", 
 #: Environment variable: how many CPU devices each driver exposes in one process.
 CPU_DEVICES_ENV = "LAYOUTCORE_CPU_DEVICES"
 DEFAULT_CPU_DEVICES = 8
+
+
+_T = TypeVar("_T")
 
 
 class ConfigurationError(LayoutcoreError, ValueError):
@@ -258,7 +261,7 @@ class Driver(abc.ABC):
             self._origin.setdefault(mesh.with_devices(devices), mesh)
         return devices
 
-    def remember_layout(self, tensor: Any, layout: Layout) -> Any:
+    def remember_layout(self, tensor: _T, layout: Layout) -> _T:
         """Record that ``tensor`` was made with ``layout``; returns ``tensor``.
 
         A native sharding cannot tell an abstract mesh from the concrete mesh it was bound to,

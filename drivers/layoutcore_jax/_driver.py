@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -21,6 +21,12 @@ from ._convert import (
 if TYPE_CHECKING:
     import jax
     from jax.sharding import NamedSharding
+
+
+def _array(value: Any) -> jax.Array:
+    """Type JAX's untyped results (``device_put``, ``jit`` calls) as the arrays they are."""
+    return cast("jax.Array", value)
+
 
 __all__ = ["JaxDriver"]
 
@@ -137,7 +143,7 @@ class JaxDriver(Driver):
         return np.asarray(value)
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self.remember_layout(self._jax.device_put(value, self._sharding(layout, devices)), layout)
+        return self.remember_layout(_array(self._jax.device_put(value, self._sharding(layout, devices))), layout)
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
         shards = tensor.addressable_shards
@@ -166,10 +172,12 @@ class JaxDriver(Driver):
             jax.device_put(component, self._by_name[devices[p]])
             for p, component in zip(positions, components, strict=True)
         ]
-        return self.remember_layout(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays), layout)
+        return self.remember_layout(
+            _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)), layout
+        )
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self.remember_layout(self._jax.device_put(tensor, self._sharding(layout, devices)), layout)
+        return self.remember_layout(_array(self._jax.device_put(tensor, self._sharding(layout, devices))), layout)
 
     def native_fetch_layout(self, tensor: jax.Array) -> Layout:
         key = (tensor.sharding, tensor.ndim)
@@ -258,11 +266,11 @@ class JaxDriver(Driver):
             jitted = entry[0] = jax.jit(plain, out_shardings=sharding)
         if math.prod(out.shape) == 0:
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
-            return self.remember_layout(jax.device_put(np.empty(out.shape, out.dtype), sharding), layout)
+            return self.remember_layout(_array(jax.device_put(np.empty(out.shape, out.dtype), sharding)), layout)
         result = jitted(*dynamic)
         if result.sharding != sharding:  # jit honours out_shardings; never hand back anything else
             raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
-        return self.remember_layout(result, layout)
+        return self.remember_layout(_array(result), layout)
 
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"

@@ -93,7 +93,8 @@ class TorchDriver(Driver):
                 driver=self.name,
                 install=self.install_hint,
             )
-        from torch.distributed.tensor import DeviceMesh, DTensor, Partial, Replicate, Shard, distribute_tensor
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
         self._torch = torch
         self._dist = dist
@@ -554,7 +555,7 @@ def _dtensor_factory(fn: Any) -> Callable[..., Any] | None:
     import torch
     import torch.distributed.tensor as tdt
 
-    table = {
+    table: dict[Callable[..., Any], Callable[..., Any]] = {
         torch.ones: tdt.ones,
         torch.zeros: tdt.zeros,
         torch.empty: tdt.empty,

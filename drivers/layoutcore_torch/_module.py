@@ -59,9 +59,9 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
     # Re-register on every owner (shared parameters included) only after all succeeded.
     for _prefix, owner in module.named_modules(remove_duplicate=False):
         for local_name, param in list(owner.named_parameters(recurse=False)):
-            new = replaced.get(id(param))
-            if new is not None:
-                owner.register_parameter(local_name, new)
+            distributed = replaced.get(id(param))
+            if distributed is not None:
+                owner.register_parameter(local_name, distributed)
     return result
 
 
