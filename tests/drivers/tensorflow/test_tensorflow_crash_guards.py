@@ -1,9 +1,11 @@
 """TF calls that kill the interpreter on bad input (FACTS §5) cannot be reached through layoutcore.
 
 Each request runs twice, in fresh interpreters: through layoutcore, where it must raise a clean
-layoutcore error and the process must go on; and straight through TF, where the process must die
-by a signal (which shows the guard guards something real: if TF ever fixes a crash, the control
-fails and the guard's comment can be revisited).
+layoutcore error and the process must go on; and straight through TF, where TF never raises a
+clean error: the process dies by a signal, or, where the crash is undefined behaviour (an
+out-of-bounds read, e.g. ``batch_sharded(axis=-1)``), it sometimes survives with a garbage layout.
+That shows the guard guards something real; if TF ever raises a proper error instead, the control
+fails and the guard's comment can be revisited.
 """
 
 from __future__ import annotations
@@ -106,10 +108,12 @@ def test_the_same_requests_kill_tf() -> None:
     try:
         for name, proc in procs.items():
             out, err = proc.communicate(timeout=120)
-            assert proc.returncode < 0 and "TF survived" not in out, (
-                f"{name}: TF no longer crashes (rc {proc.returncode}); revisit the guard.\n{err[-2000:]}"
+            crashed = proc.returncode < 0 and -proc.returncode in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
+            silently_wrong = proc.returncode == 0 and "TF survived" in out
+            assert crashed or silently_wrong, (
+                f"{name}: TF neither crashed nor went on silently (rc {proc.returncode}); if it now raises "
+                f"a clean error, revisit the guard.\n{err[-2000:]}"
             )
-            assert -proc.returncode in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS), (name, proc.returncode)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
