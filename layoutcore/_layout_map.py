@@ -156,6 +156,40 @@ class LayoutMap(MutableMapping[str, Layout]):
         result = self[path]
         return default if result is None else result
 
+    def layout_for(self, path: str, shape: Sequence[int], *, kind: str = "variable") -> Layout:
+        """The layout a variable at ``path`` of global ``shape`` takes under this map.
+
+        The map's entry for ``path`` (checked against the rank), else fully replicated on the
+        map's mesh: what :func:`layout_map_scope` gives a ``Variable``, and what the torch
+        driver gives a module parameter. ``kind`` names the thing in error messages.
+
+        Raises:
+            LayoutError: the entry's rank differs from ``len(shape)`` or it has no mesh, or nothing
+                matches and the map has no mesh to replicate on (each naming ``path``).
+            AmbiguousLayoutError: several patterns match (``on_multiple="error"``).
+        """
+        shape = tuple(shape)
+        layout = self[path]
+        if layout is None:
+            if self._mesh is None:
+                raise LayoutError(
+                    f"No LayoutMap entry matches {kind} {path!r} and the map has no mesh to replicate it on; "
+                    "give the LayoutMap a mesh.",
+                    value=path,
+                )
+            return Layout.replicated(self._mesh, len(shape))
+        if layout.rank != len(shape):
+            raise LayoutError(
+                f"LayoutMap gives {kind} {path!r} (shape {shape}) the rank-{layout.rank} layout {layout.axes}, "
+                f"but the {kind} has rank {len(shape)}.",
+                value=layout,
+            )
+        if layout.mesh is None:
+            raise LayoutError(
+                f"The layout {layout.axes} for {kind} {path!r} has no mesh; give the LayoutMap a mesh.", value=layout
+            )
+        return layout
+
     def pop(self, pattern: str, *default: Any) -> Any:  # type: ignore[override]
         """Remove key ``pattern`` and return its layout (by key, never by pattern lookup)."""
         if pattern in self._layouts:

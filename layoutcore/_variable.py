@@ -138,26 +138,11 @@ class Variable:
 def _default_layout(drv: Driver, initial_value: Any, path: str | None) -> Layout:
     if drv.is_distributed(initial_value):
         return drv.fetch_layout(initial_value)
-    rank = len(drv.shape_of(drv.prepare_input(initial_value)))
+    shape = drv.shape_of(drv.prepare_input(initial_value))
     layout_map = current_layout_map()
     if layout_map is not None and path is not None:
-        mapped = layout_map[path]
-        if mapped is not None:
-            if mapped.rank != rank:
-                raise LayoutError(
-                    f"LayoutMap gives variable {path!r} the rank-{mapped.rank} layout {mapped.axes}, but its value "
-                    f"has rank {rank}.",
-                    value=mapped,
-                )
-            return mapped
-        if layout_map.mesh is None:
-            raise LayoutError(
-                f"No LayoutMap entry matches {path!r} and the map has no mesh to replicate it on; "
-                "give the LayoutMap a mesh.",
-                value=path,
-            )
-        return Layout.replicated(layout_map.mesh, rank)
-    return Layout.replicated(Mesh((len(drv.list_devices()),), (DEFAULT_AXIS,)), rank)
+        return layout_map.layout_for(path, shape)
+    return Layout.replicated(Mesh((len(drv.list_devices()),), (DEFAULT_AXIS,)), len(shape))
 
 
 #: TF DTensor's name for :class:`Variable`.

@@ -241,3 +241,35 @@ def test_layout_map_scope_nests_and_restores() -> None:
     assert current_layout_map() is None
     with pytest.raises(LayoutError), layout_map_scope({"a": ("x",)}):  # type: ignore[arg-type]
         pass
+
+
+def test_layout_for_gives_the_entry_checked_against_the_rank() -> None:
+    lm = LayoutMap(MESH)
+    lm["dense.*kernel"] = (None, "y")
+    assert lm.layout_for("model/dense_1/kernel", (4, 6)) == Layout([None, "y"], MESH)
+    with pytest.raises(LayoutError, match=r"parameter 'model/dense_1/kernel' \(shape \(6,\)\).*rank-2"):
+        lm.layout_for("model/dense_1/kernel", (6,), kind="parameter")
+
+
+def test_layout_for_replicates_unmatched_paths_on_the_maps_mesh() -> None:
+    lm = LayoutMap(MESH)
+    lm["dense.*kernel"] = (None, "y")
+    assert lm.layout_for("model/conv/kernel", (2, 3, 4)) == Layout.replicated(MESH, 3)
+    assert lm.layout_for("model/conv/scale", ()) == Layout([], MESH)
+
+
+def test_layout_for_without_a_mesh_names_the_path() -> None:
+    lm = LayoutMap()
+    lm["dense.*kernel"] = (None, "y")
+    with pytest.raises(LayoutError, match=r"No LayoutMap entry matches variable 'conv/kernel'"):
+        lm.layout_for("conv/kernel", (2, 2))
+    with pytest.raises(LayoutError, match=r"for variable 'dense/kernel' has no mesh"):
+        lm.layout_for("dense/kernel", (2, 2))
+
+
+def test_layout_for_refuses_ambiguous_paths() -> None:
+    lm = LayoutMap(MESH)
+    lm["kernel"] = (None, "y")
+    lm["dense.*"] = ("x", None)
+    with pytest.raises(AmbiguousLayoutError):
+        lm.layout_for("dense/kernel", (2, 2))

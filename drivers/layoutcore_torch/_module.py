@@ -48,7 +48,9 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
             if id(param) in done:
                 continue
             done[id(param)] = name
-            plan.append((name, owner, local_name, param, _layout_for(name, param, layout_map)))
+            plan.append(
+                (name, owner, local_name, param, layout_map.layout_for(name, tuple(param.shape), kind="parameter"))
+            )
     replaced: dict[int, Any] = {}
     result: dict[str, Layout] = {}
     for name, _owner, _local, param, layout in plan:
@@ -63,27 +65,3 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
             if distributed is not None:
                 owner.register_parameter(local_name, distributed)
     return result
-
-
-def _layout_for(name: str, param: Any, layout_map: LayoutMap) -> Layout:
-    rank = param.dim()
-    layout = layout_map[name]
-    if layout is None:
-        if layout_map.mesh is None:
-            raise LayoutError(
-                f"No LayoutMap entry matches parameter {name!r} and the map has no mesh to replicate it on; "
-                "give the LayoutMap a mesh.",
-                value=name,
-            )
-        return Layout.replicated(layout_map.mesh, rank)
-    if layout.rank != rank:
-        raise LayoutError(
-            f"LayoutMap gives parameter {name!r} (shape {tuple(param.shape)}) the rank-{layout.rank} layout "
-            f"{layout.axes}, but the parameter has rank {rank}.",
-            value=layout,
-        )
-    if layout.mesh is None:
-        raise LayoutError(
-            f"The layout {layout.axes} for parameter {name!r} has no mesh; give the LayoutMap a mesh.", value=layout
-        )
-    return layout
