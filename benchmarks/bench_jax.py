@@ -18,43 +18,17 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
 import numpy as np
+from _timing import side_by_side  # benchmarks/ is sys.path[0] when a benchmark runs
 
 import layoutcore as lc
 
 RESULTS = Path(__file__).with_name("results") / "bench_jax.json"
 TARGETS = {"64 MiB": 1.10, "1 KiB": 2.0}
-
-
-def _time(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn().block_until_ready()
-    return time.perf_counter() - start
-
-
-def side_by_side(native: Callable[[], Any], ours: Callable[[], Any], reps: int, warmup: int) -> dict[str, float]:
-    """Median seconds of each, alternating which runs first."""
-    for _ in range(warmup):
-        native().block_until_ready()
-        ours().block_until_ready()
-    t_native, t_ours = [], []
-    for i in range(reps):
-        if i % 2:
-            t_native.append(_time(native))
-            t_ours.append(_time(ours))
-        else:
-            t_ours.append(_time(ours))
-            t_native.append(_time(native))
-    n, o = statistics.median(t_native), statistics.median(t_ours)
-    return {"native_s": n, "layoutcore_s": o, "ratio": o / n, "overhead_us": (o - n) * 1e6}
 
 
 def main() -> None:
@@ -90,7 +64,7 @@ def main() -> None:
             "relayout": (lambda a=a: jax.device_put(a, s_dst), lambda a=a: lc.relayout(a, dst)),
         }
         for op, (native, ours) in cases.items():
-            r = side_by_side(native, ours, reps[label], warm)
+            r = side_by_side(native, ours, reps[label], warm, sync=lambda result: result.block_until_ready())
             rows.append({"op": op, "size": label, "shape": list(shape), "reps": reps[label], **r})
 
     print(f"{'op':<18} {'size':>7} {'jax (median)':>14} {'layoutcore':>14} {'+us':>8} {'ratio':>7} {'target':>7}")

@@ -21,15 +21,12 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
 import numpy as np
+from _timing import side_by_side  # benchmarks/ is sys.path[0] when a benchmark runs
 
 import layoutcore as lc
 
@@ -38,29 +35,6 @@ TARGETS = {"64 MiB": 1.10, "1 KiB": 2.0}
 SIZES = {"64 MiB": (4096, 4096), "1 KiB": (16, 16)}
 #: (source layout, relayout target) pairs; distribute uses the source layout.
 LAYOUTS = [(("x", "y"), ("y", None)), (("x", None), (None, "y"))]
-
-
-def _time(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def side_by_side(native: Callable[[], Any], ours: Callable[[], Any], reps: int, warmup: int) -> dict[str, float]:
-    """Median seconds of each, alternating which runs first."""
-    for _ in range(warmup):
-        native()
-        ours()
-    t_native, t_ours = [], []
-    for i in range(reps):
-        if i % 2:
-            t_native.append(_time(native))
-            t_ours.append(_time(ours))
-        else:
-            t_ours.append(_time(ours))
-            t_native.append(_time(native))
-    n, o = statistics.median(t_native), statistics.median(t_ours)
-    return {"native_s": n, "layoutcore_s": o, "ratio": o / n, "overhead_us": (o - n) * 1e6}
 
 
 def main() -> None:

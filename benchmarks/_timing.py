@@ -1,0 +1,45 @@
+"""Side-by-side timing shared by the framework-overhead benchmarks (bench_jax, bench_tensorflow)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _no_sync(result: Any) -> None:
+    return None
+
+
+def side_by_side(
+    native: Callable[[], Any],
+    ours: Callable[[], Any],
+    reps: int,
+    warmup: int,
+    *,
+    sync: Callable[[Any], Any] = _no_sync,
+) -> dict[str, float]:
+    """Median seconds of ``native()`` and ``ours()``, run alternately, alternating which goes first.
+
+    ``sync(result)`` waits for an asynchronous framework to finish (JAX: ``block_until_ready``) and
+    is inside the timed region. Returns ``native_s``, ``layoutcore_s``, ``ratio`` (ours / native)
+    and ``overhead_us``.
+    """
+
+    def timed(fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        sync(fn())
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        sync(native())
+        sync(ours())
+    t_native: list[float] = []
+    t_ours: list[float] = []
+    for i in range(reps):
+        first, second = ((native, t_native), (ours, t_ours)) if i % 2 else ((ours, t_ours), (native, t_native))
+        first[1].append(timed(first[0]))
+        second[1].append(timed(second[0]))
+    n, o = statistics.median(t_native), statistics.median(t_ours)
+    return {"native_s": n, "layoutcore_s": o, "ratio": o / n, "overhead_us": (o - n) * 1e6}
