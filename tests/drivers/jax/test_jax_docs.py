@@ -1,4 +1,9 @@
-"""docs/drivers/jax.md: its ```python blocks run, in order, in one namespace, in a fresh interpreter."""
+"""docs/drivers/jax.md: its ```python blocks run, in order, in one namespace, in a fresh interpreter.
+
+The page is run by the documentation runner of tests/test_docs.py (``python tests/test_docs.py PAGE``),
+which executes every runnable block in order with tracebacks at the page's own line numbers
+(``no-run`` blocks, justified on the page, are checked by tests/test_docs.py).
+"""
 
 from __future__ import annotations
 
@@ -7,38 +12,12 @@ import re
 from _jax_helpers import REPO, run_python
 
 PAGE = REPO / "docs" / "drivers" / "jax.md"
-_FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-
-
-def python_blocks(text: str) -> list[tuple[int, str]]:
-    """(first code line, code) of every top-level ```python block not marked ``no-run``."""
-    blocks = []
-    for match in _FENCE.finditer(text):
-        words = match["info"].split()
-        if words[:1] == ["python"] and "no-run" not in words:
-            blocks.append((text.count("\n", 0, match.start("code")) + 1, match["code"]))
-    return blocks
+RUNNER = REPO / "tests" / "test_docs.py"
 
 
 def test_page_blocks_run_in_order_in_one_namespace() -> None:
-    blocks = python_blocks(PAGE.read_text("utf-8"))
-    assert len(blocks) >= 7, "the page lost its examples (or the fence parser broke)"
-    # Pad each block so that a traceback points at the page's own line numbers.
-    program = (
-        "import sys\nns = {'__name__': 'doc_example'}\n"
-        + "".join(
-            f"exec(compile({chr(10) * (line - 1) + code!r}, {str(PAGE)!r}, 'exec'), ns)\n" for line, code in blocks
-        )
-        + f"print('ran {len(blocks)} blocks')\n"
-    )
+    text = PAGE.read_text("utf-8")
+    assert len(re.findall(r"^```python[ \t]*$", text, re.MULTILINE)) >= 7, "the page lost its examples"
+    program = f"import runpy, sys\nsys.argv = ['test_docs', {str(PAGE)!r}]\nrunpy.run_path({str(RUNNER)!r}, run_name='__main__')\n"
     proc = run_python(program, env={"LAYOUTCORE_CPU_DEVICES": "8"}, timeout=240)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
-    assert proc.stdout.strip().endswith(f"ran {len(blocks)} blocks")
-
-
-def test_no_run_blocks_say_why() -> None:
-    text = PAGE.read_text("utf-8")
-    for match in _FENCE.finditer(text):
-        if "no-run" in match["info"].split():
-            before = text[: match.start()].rstrip().rsplit("\n\n", 1)[-1]
-            assert "not run" in before, before
