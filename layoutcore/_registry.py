@@ -180,11 +180,6 @@ def get_driver(name: str | Driver | None = None) -> Driver:
         return _instances[name]
 
 
-def instantiated_drivers() -> dict[str, Driver]:
-    """Drivers already created in this process (no import is triggered)."""
-    return dict(_instances)
-
-
 def set_driver(name: str | None) -> None:
     """Make ``name`` the process-wide driver (``None`` restores the environment/default choice).
 
