@@ -47,6 +47,7 @@ from ._registry import (
     set_driver,
     use_driver,
 )
+from ._trees import distribute_tree, tree_layouts
 from ._variable import DVariable, Variable
 
 __version__ = "0.1.0"
@@ -88,6 +89,7 @@ __all__ = [
     "create_mesh",
     "current_layout_map",
     "distribute_tensor",
+    "distribute_tree",
     "driver_infos",
     "fetch_layout",
     "geometry",
@@ -100,6 +102,7 @@ __all__ = [
     "required_capabilities",
     "set_driver",
     "to_numpy",
+    "tree_layouts",
     "unpack",
     "use_driver",
 ]
