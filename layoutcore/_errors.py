@@ -18,6 +18,8 @@ __all__ = [
     "LayoutMismatchError",
     "LayoutcoreError",
     "NotDistributedError",
+    "UnmatchedPathError",
+    "UnmatchedPathWarning",
     "UnsupportedLayoutError",
 ]
 
@@ -112,3 +114,33 @@ class DriverUnavailableError(LayoutcoreError, ImportError):
         super().__init__(message, value=driver)
         self.driver = driver
         self.install = install
+
+
+class UnmatchedPathError(LayoutError):
+    """No LayoutMap pattern matches a path and the map says ``on_missing="error"``.
+
+    Attributes:
+        paths: the unmatched paths.
+        near_misses: per path, the closest patterns (closest first; may be empty).
+    """
+
+    def __init__(self, message: str, *, paths: tuple[str, ...], near_misses: tuple[tuple[str, ...], ...]) -> None:
+        super().__init__(message, value=paths[0] if len(paths) == 1 else paths)
+        self.paths = paths
+        self.near_misses = near_misses
+
+
+class UnmatchedPathWarning(UserWarning):
+    """No LayoutMap pattern matches a path and the map says ``on_missing="warn"``; it is replicated.
+
+    Attributes:
+        paths: the unmatched paths.
+        near_misses: per path, the closest patterns (closest first; may be empty).
+    """
+
+    def __init__(
+        self, message: str, *, paths: tuple[str, ...] = (), near_misses: tuple[tuple[str, ...], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.paths = paths
+        self.near_misses = near_misses

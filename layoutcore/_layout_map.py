@@ -4,21 +4,178 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
 import re
+import sys
+import warnings
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any, Literal
 
-from ._errors import AmbiguousLayoutError, LayoutError
+from ._errors import AmbiguousLayoutError, LayoutError, UnmatchedPathError, UnmatchedPathWarning
 from ._layout import Layout
 from ._mesh import Mesh
 
-__all__ = ["LayoutMap", "current_layout_map", "layout_map_scope"]
+__all__ = ["LayoutMap", "MatchReport", "current_layout_map", "layout_map_scope"]
 
 MatchMode = Literal["search", "fullmatch", "match"]
 OnMultiple = Literal["error", "first"]
+OnMissing = Literal["replicate", "warn", "error"]
 _MATCH_MODES: tuple[str, ...] = ("search", "fullmatch", "match")
 _ON_MULTIPLE: tuple[str, ...] = ("error", "first")
-_CACHE_SIZE = 65536
+_ON_MISSING: tuple[str, ...] = ("replicate", "warn", "error")
+
+#: The lookup cache holds at most this many bytes of paths and entries (estimated with
+#: ``sys.getsizeof``); a stream of new paths clears it rather than growing it.
+CACHE_BYTES = 4 << 20
+#: Estimated bytes a cache entry costs beyond its key string (dict slot, hash, value reference).
+_ENTRY_OVERHEAD = 100
+#: Paths longer than this are looked up but not cached (one would take a large share of the cache).
+_MAX_CACHED_PATH = CACHE_BYTES // 64
+#: How many near misses ``explain`` and the unmatched-path messages name, and how similar they must be.
+NEAR_MISSES = 3
+_NEAR_MISS_CUTOFF = 0.6
+#: Longest pattern text quoted whole in an error message.
+_QUOTE_LIMIT = 120
+_REPEATS = frozenset(
+    op
+    for op in (
+        getattr(_sre_parser, "MAX_REPEAT", None),
+        getattr(_sre_parser, "MIN_REPEAT", None),
+    )
+    if op is not None
+)
+_UNBOUNDED = _sre_parser.MAXREPEAT
+_REGEX_SYNTAX = re.compile(r"\\[dDwWsSbBAZ]|\\(.)|[][(){}^$.*+?|]")
+
+
+def _quote(pattern: str) -> str:
+    """``repr(pattern)``, shortened for a message when the pattern is huge (a 20 000-character regex)."""
+    if len(pattern) <= _QUOTE_LIMIT:
+        return repr(pattern)
+    return f"{pattern[:_QUOTE_LIMIT]!r}... ({len(pattern)} characters)"
+
+
+def _nested_unbounded_repeat(parsed: Any) -> bool:
+    """Whether an unbounded repeat (``*``, ``+``, ``{n,}``) sits inside another one: ``(a+)+``.
+
+    That nesting is what makes Python's backtracking ``re`` take exponential time on a path
+    that almost matches. Possessive repeats and atomic groups never backtrack and do not count.
+    Walked with an explicit stack: a pattern that compiled may still nest too deep for recursion.
+    """
+    stack: list[tuple[Any, bool]] = [(parsed, False)]
+    while stack:
+        items, inside = stack.pop()
+        for op, av in items:
+            if op in _REPEATS:
+                _, high, body = av
+                unbounded = high == _UNBOUNDED
+                if unbounded and inside:
+                    return True
+                stack.append((body, inside or unbounded))
+            elif op is _sre_parser.SUBPATTERN:
+                stack.append((av[-1], inside))
+            elif op is _sre_parser.BRANCH:
+                stack.extend((branch, inside) for branch in av[1])
+            elif op in (_sre_parser.ASSERT, _sre_parser.ASSERT_NOT):
+                stack.append((av[1], inside))
+            elif op is _sre_parser.GROUPREF_EXISTS:
+                stack.extend((part, inside) for part in av[1:] if part is not None)
+    return False
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    """Compile a LayoutMap pattern, refusing what Python's ``re`` cannot run in bounded time.
+
+    Raises:
+        LayoutError: not a valid regex, too deep or too large for ``re`` (``RecursionError``,
+            ``OverflowError``), or a nested unbounded repeat (the catastrophic-backtracking shape).
+    """
+    try:
+        compiled = re.compile(pattern)
+        nested = _nested_unbounded_repeat(_sre_parser.parse(pattern))
+    except re.error as exc:
+        raise LayoutError(
+            f"LayoutMap key {_quote(pattern)} is not a valid regular expression: {exc}", value=pattern
+        ) from None
+    except (RecursionError, OverflowError, MemoryError, ValueError) as exc:
+        raise LayoutError(
+            f"LayoutMap key {_quote(pattern)} is too deeply nested or too large for Python's re "
+            f"({type(exc).__name__}: {exc}).",
+            value=pattern,
+        ) from None
+    if nested:
+        raise LayoutError(
+            f"LayoutMap key {_quote(pattern)} nests an unbounded repeat inside another (as in '(a+)+'): Python's re "
+            "can take exponential time to reject a path that almost matches (seconds for 26 characters). Write it "
+            "without the nesting (e.g. '[a-z0-9_/]*kernel'), or make the inner repeat possessive ('(a++)+') or "
+            "atomic ('(?>a+)+'), which never backtrack.",
+            value=pattern,
+        )
+    return compiled
+
+
+def _literal(pattern: str) -> str:
+    """A pattern's text without regex syntax, for string similarity: ``"dense.*kernel"`` -> ``"densekernel"``."""
+    return _REGEX_SYNTAX.sub(lambda m: m.group(1) or "", pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReport:
+    """How a :class:`LayoutMap` resolves one path (:meth:`LayoutMap.explain`).
+
+    Attributes:
+        path: the looked-up path.
+        exact: whether ``path`` is itself a key of the map.
+        matches: every pattern that matches ``path``, in insertion order (the key alone when exact).
+        chosen: the pattern whose layout is used, or ``None`` (nothing matched, or several
+            matched under ``on_multiple="error"``).
+        layout: the chosen layout, or ``None``.
+        near_misses: when nothing matched, the patterns most similar to ``path``, closest first.
+        on_missing: the map's policy for an unmatched path.
+        on_multiple: the map's policy for several matches.
+    """
+
+    path: str
+    exact: bool
+    matches: tuple[str, ...]
+    chosen: str | None
+    layout: Layout | None
+    near_misses: tuple[str, ...] = ()
+    on_missing: OnMissing = "replicate"
+    on_multiple: OnMultiple = "error"
+
+    @property
+    def ambiguous(self) -> bool:
+        """Several patterns match and the map refuses to choose (``on_multiple="error"``)."""
+        return self.chosen is None and len(self.matches) > 1
+
+    def __str__(self) -> str:
+        path = repr(self.path)
+        if self.exact:
+            return f"{path} is a key of the map itself, so it takes {self.layout} without trying any pattern."
+        if self.ambiguous:
+            listed = ", ".join(repr(p) for p in self.matches)
+            return (
+                f"{path} matches {len(self.matches)} patterns ({listed}), so looking it up raises "
+                "AmbiguousLayoutError (on_multiple='error')."
+            )
+        if self.chosen is not None:
+            others = self.matches[1:]
+            also = f"; it also matches {', '.join(repr(p) for p in others)} (on_multiple='first')" if others else ""
+            return f"{path} matches pattern {self.chosen!r}, so it takes {self.layout}{also}."
+        outcome = {
+            "replicate": "it is fully replicated",
+            "warn": "it is fully replicated with an UnmatchedPathWarning",
+            "error": "applying the map raises UnmatchedPathError",
+        }[self.on_missing]
+        near = (
+            f"; the closest patterns are {', '.join(repr(p) for p in self.near_misses)}"
+            if self.near_misses
+            else "; no pattern is close"
+        )
+        return f"{path} matches no pattern, so {outcome} (on_missing={self.on_missing!r}){near}."
 
 
 class LayoutMap(MutableMapping[str, Layout]):
@@ -28,10 +185,19 @@ class LayoutMap(MutableMapping[str, Layout]):
         mesh: the mesh that layouts given without one are bound to (keras' ``device_mesh=``
             is accepted); may be ``None``, then layouts stay unbound.
         match: how a pattern is tried against a path: ``"search"`` (``re.search``; keras
-            3.6 and the seed docs, the default), ``"fullmatch"`` (keras >= 3.12) or
-            ``"match"`` (tf-keras).
+            3.6 and the seed docs, the default), ``"fullmatch"`` (keras >= 3.14) or
+            ``"match"`` (tf-keras). keras 3.12 and 3.13 still search; 3.14 fullmatches.
         on_multiple: ``"error"`` raises :class:`AmbiguousLayoutError` when several patterns
             match; ``"first"`` takes the first inserted.
+        on_missing: what applying the map (:meth:`layout_for`, :func:`layout_map_scope`,
+            :func:`layoutcore.plan`, the integrations) does with a path nothing matches:
+            ``"replicate"`` (keras' behaviour), ``"warn"`` (replicate with an
+            :class:`UnmatchedPathWarning`) or ``"error"`` (:class:`UnmatchedPathError`). Both
+            name the path and its closest patterns. ``lm[path]`` itself still returns ``None``.
+
+    Patterns are compiled on insert by Python's ``re``. A pattern that nests an unbounded
+    repeat inside another (``(a+)+``), the shape that makes backtracking exponential, is
+    refused there, as is one too deep or too large for ``re`` to compile.
 
     Lookup (``lm[path]`` / ``lm.get(path)``): an exact key wins; otherwise every pattern is
     tried; no match gives ``None`` (not ``KeyError``, as keras).
@@ -56,6 +222,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         device_mesh: Mesh | None = None,
         match: MatchMode = "search",
         on_multiple: OnMultiple = "error",
+        on_missing: OnMissing = "replicate",
     ) -> None:
         if device_mesh is not None:
             if mesh is not None and mesh != device_mesh:
@@ -70,12 +237,21 @@ class LayoutMap(MutableMapping[str, Layout]):
                 f"on_multiple must be one of {list(_ON_MULTIPLE)}. Received: on_multiple={on_multiple!r}",
                 value=on_multiple,
             )
+        if on_missing not in _ON_MISSING:
+            raise LayoutError(
+                f"on_missing must be one of {list(_ON_MISSING)}. Received: on_missing={on_missing!r}",
+                value=on_missing,
+            )
         self._mesh = mesh
         self._match = match
         self._on_multiple = on_multiple
+        self._on_missing = on_missing
         self._layouts: dict[str, Layout] = {}
         self._matchers: dict[str, Callable[[str], Any]] = {}
+        self._literals: dict[str, str] = {}
+        # path -> layout (or None); bounded in bytes (see CACHE_BYTES), not in entries.
         self._cache: dict[str, Layout | None] = {}
+        self._cache_bytes = 0
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -95,6 +271,16 @@ class LayoutMap(MutableMapping[str, Layout]):
         """What several matching patterns do: ``"error"`` or ``"first"``."""
         return self._on_multiple  # type: ignore[return-value]
 
+    @property
+    def on_missing(self) -> OnMissing:
+        """What applying the map does with an unmatched path: ``"replicate"``, ``"warn"`` or ``"error"``."""
+        return self._on_missing  # type: ignore[return-value]
+
+    @property
+    def cache_bytes(self) -> int:
+        """Estimated bytes the lookup cache holds now (at most :data:`CACHE_BYTES`)."""
+        return self._cache_bytes
+
     # -- MutableMapping --------------------------------------------------------------------
     def __setitem__(self, pattern: str, value: Layout | Sequence[Any]) -> None:
         if not isinstance(pattern, str):
@@ -105,12 +291,7 @@ class LayoutMap(MutableMapping[str, Layout]):
                 "Keys cannot be re-inserted; delete it first.",
                 value=pattern,
             )
-        try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
-            raise LayoutError(
-                f"LayoutMap key {pattern!r} is not a valid regular expression: {exc}", value=pattern
-            ) from None
+        compiled = _compile(pattern)
         if isinstance(value, Layout):
             layout = value
         elif isinstance(value, (tuple, list)):
@@ -123,7 +304,8 @@ class LayoutMap(MutableMapping[str, Layout]):
             layout = layout.with_mesh(self._mesh)
         self._layouts[pattern] = layout
         self._matchers[pattern] = getattr(compiled, self._match)
-        self._cache.clear()
+        self._literals[pattern] = _literal(pattern)
+        self._clear_cache()
 
     def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]
         if not isinstance(path, str):
@@ -134,10 +316,27 @@ class LayoutMap(MutableMapping[str, Layout]):
             return self._cache[path]
         except KeyError:
             pass
+        pattern = self._pattern_for(path)
+        result = None if pattern is None else self._layouts[pattern]
+        self._remember(path, result)
+        return result
+
+    def pattern_for(self, path: str) -> str | None:
+        """The key whose layout ``self[path]`` returns (``path`` itself when it is a key), or ``None``.
+
+        Raises:
+            AmbiguousLayoutError: several patterns match (``on_multiple="error"``).
+        """
+        if not isinstance(path, str):
+            raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
+        if path in self._layouts:
+            return path
+        return self._pattern_for(path)
+
+    def _pattern_for(self, path: str) -> str | None:
         if self._on_multiple == "first":
-            matches = next(([p] for p, matcher in self._matchers.items() if matcher(path)), [])
-        else:
-            matches = [p for p, matcher in self._matchers.items() if matcher(path)]
+            return next((p for p, matcher in self._matchers.items() if matcher(path)), None)
+        matches = [p for p, matcher in self._matchers.items() if matcher(path)]
         if len(matches) > 1:
             raise AmbiguousLayoutError(
                 f"Path {path!r} matches multiple layout specification keys: {matches}. Make the patterns "
@@ -145,11 +344,84 @@ class LayoutMap(MutableMapping[str, Layout]):
                 path=path,
                 patterns=tuple(matches),
             )
-        result = self._layouts[matches[0]] if matches else None
-        if len(self._cache) >= _CACHE_SIZE:  # a model has a bounded set of paths; a stream of new ones must not grow us
-            self._cache.clear()
+        return matches[0] if matches else None
+
+    def _remember(self, path: str, result: Layout | None) -> None:
+        # A model has a bounded set of paths; a stream of new (or huge) ones must not grow us.
+        cost = sys.getsizeof(path) + _ENTRY_OVERHEAD
+        if cost > _MAX_CACHED_PATH:
+            return
+        if self._cache_bytes + cost > CACHE_BYTES:
+            self._clear_cache()
         self._cache[path] = result
-        return result
+        self._cache_bytes += cost
+
+    def _clear_cache(self) -> None:
+        self._cache.clear()
+        self._cache_bytes = 0
+
+    def near_misses(self, path: str, n: int = NEAR_MISSES) -> tuple[str, ...]:
+        """The ``n`` patterns most similar to ``path`` (``difflib`` ratio over the pattern's literal text).
+
+        Under ``match="search"`` and ``"match"`` a pattern is compared with the best part of the path it
+        could stand for, so ``"dense.*kernel"`` is close to ``"model/dense_1/kernal"``.
+        """
+        scored = []
+        for pattern, literal in self._literals.items():
+            score = _similarity(literal, path, partial=self._match != "fullmatch")
+            if score >= _NEAR_MISS_CUTOFF:
+                scored.append((-score, pattern))
+        scored.sort()
+        return tuple(p for _, p in scored[:n])
+
+    def explain(self, path: str) -> MatchReport:
+        """How ``path`` resolves: exact key, every matching pattern, the chosen one, or the near misses.
+
+        Never raises for an ambiguous path (the report says so instead).
+
+        Example:
+            >>> lm = LayoutMap(Mesh((2,), ("model",)))
+            >>> lm["dense.*kernel"] = (None, "model")
+            >>> lm.explain("model/dense_1/kernl").near_misses
+            ('dense.*kernel',)
+
+        Raises:
+            LayoutError: ``path`` is not a string.
+        """
+        if not isinstance(path, str):
+            raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
+        policies = {"on_missing": self.on_missing, "on_multiple": self.on_multiple}
+        if path in self._layouts:
+            return MatchReport(path, True, (path,), path, self._layouts[path], **policies)
+        matches = tuple(p for p, matcher in self._matchers.items() if matcher(path))
+        if not matches:
+            return MatchReport(path, False, (), None, None, self.near_misses(path), **policies)
+        chosen = matches[0] if len(matches) == 1 or self._on_multiple == "first" else None
+        layout = None if chosen is None else self._layouts[chosen]
+        return MatchReport(path, False, matches, chosen, layout, **policies)
+
+    def unmatched(self, paths: Sequence[str], kind: str = "variable") -> None:
+        """Apply ``on_missing`` to ``paths`` that nothing matched: nothing, one warning, or one error.
+
+        Raises:
+            UnmatchedPathError: ``on_missing="error"`` and ``paths`` is not empty.
+        """
+        if not paths or self._on_missing == "replicate":
+            return
+        near = tuple(self.near_misses(p) for p in paths)
+        shown = "; ".join(
+            f"{p!r} (closest: {', '.join(repr(m) for m in misses)})" if misses else repr(p)
+            for p, misses in zip(paths[:10], near, strict=False)
+        )
+        more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+        message = (
+            f"No LayoutMap pattern matches {len(paths)} {kind} path(s): {shown}{more}. "
+            f"on_missing={self._on_missing!r}: add a pattern, or build the map with on_missing='replicate' to "
+            "replicate them."
+        )
+        if self._on_missing == "error":
+            raise UnmatchedPathError(message, paths=tuple(paths), near_misses=near)
+        warnings.warn(UnmatchedPathWarning(message, paths=tuple(paths), near_misses=near), stacklevel=3)
 
     def get(self, path: str, default: Any = None) -> Any:  # type: ignore[override]
         """``self[path]``, or ``default`` where no key or pattern matches."""
@@ -159,18 +431,21 @@ class LayoutMap(MutableMapping[str, Layout]):
     def layout_for(self, path: str, shape: Sequence[int], *, kind: str = "variable") -> Layout:
         """The layout a variable at ``path`` of global ``shape`` takes under this map.
 
-        The map's entry for ``path`` (checked against the rank), else fully replicated on the
-        map's mesh: what :func:`layout_map_scope` gives a ``Variable``, and what the torch
-        driver gives a module parameter. ``kind`` names the thing in error messages.
+        The map's entry for ``path`` (checked against the rank), else, by ``on_missing``, fully
+        replicated on the map's mesh (with an :class:`UnmatchedPathWarning` under ``"warn"``):
+        what :func:`layout_map_scope` gives a ``Variable``, and what the integrations give a
+        model's variables. ``kind`` names the thing in error messages.
 
         Raises:
             LayoutError: the entry's rank differs from ``len(shape)`` or it has no mesh, or nothing
                 matches and the map has no mesh to replicate on (each naming ``path``).
+            UnmatchedPathError: nothing matches and ``on_missing="error"``.
             AmbiguousLayoutError: several patterns match (``on_multiple="error"``).
         """
         shape = tuple(shape)
         layout = self[path]
         if layout is None:
+            self.unmatched([path], kind)
             if self._mesh is None:
                 raise LayoutError(
                     f"No LayoutMap entry matches {kind} {path!r} and the map has no mesh to replicate it on; "
@@ -213,7 +488,8 @@ class LayoutMap(MutableMapping[str, Layout]):
     def __delitem__(self, pattern: str) -> None:
         del self._layouts[pattern]
         del self._matchers[pattern]
-        self._cache.clear()
+        del self._literals[pattern]
+        self._clear_cache()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._layouts)
@@ -226,6 +502,21 @@ class LayoutMap(MutableMapping[str, Layout]):
         return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r})"
 
 
+def _similarity(literal: str, path: str, *, partial: bool) -> float:
+    """How alike a pattern's literal text and a path are, 0..1 (``difflib.SequenceMatcher``).
+
+    With ``partial``, the share of the literal found in order in the path counts too: a search
+    pattern stands for part of a path, so its length should not count against it.
+    """
+    if not literal:
+        return 0.0
+    matcher = difflib.SequenceMatcher(None, literal, path, autojunk=False)
+    if not partial:
+        return matcher.ratio() if matcher.real_quick_ratio() >= _NEAR_MISS_CUTOFF else 0.0
+    found = sum(block.size for block in matcher.get_matching_blocks())
+    return max(matcher.ratio(), found / len(literal) * 0.95) if len(literal) > 3 else matcher.ratio()
+
+
 _ACTIVE_MAP: contextvars.ContextVar[LayoutMap | None] = contextvars.ContextVar("layoutcore_layout_map", default=None)
 
 
@@ -233,7 +524,8 @@ _ACTIVE_MAP: contextvars.ContextVar[LayoutMap | None] = contextvars.ContextVar("
 def layout_map_scope(layout_map: LayoutMap) -> Iterator[LayoutMap]:
     """Within this context, a ``Variable`` with a ``path`` and no layout takes ``layout_map[path]``.
 
-    Where nothing matches, the variable is fully replicated. Scopes nest; the innermost wins.
+    Where nothing matches, the map's ``on_missing`` applies (by default the variable is fully
+    replicated). Scopes nest; the innermost wins.
 
     Raises:
         LayoutError: ``layout_map`` is not a :class:`LayoutMap`.

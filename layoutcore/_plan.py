@@ -1,0 +1,595 @@
+"""Seeing before running (DESIGN §5): per-device memory of a LayoutMap, and the exact data movement of a relayout.
+
+Both are pure accounting on :mod:`layoutcore.geometry`; no framework is imported and no data is
+touched.
+
+* :func:`plan` applies a :class:`LayoutMap` to a model's variables (shapes and dtypes only) and
+  says which pattern each takes, what each device holds, what nothing matched and what is held
+  whole on every device.
+* :func:`relayout_plan` lists the rectangles a relayout must move. Device ``d`` needs its
+  target block ``B_d`` and holds its source block ``A_d``; the source's distinct blocks are
+  disjoint and cover the tensor, so ``B_d \\ A_d`` is exactly the union of ``B_d``'s
+  intersections with the *other* source blocks. One transfer per (destination device, other
+  source block) is therefore both sufficient and minimal: ``floor_bytes = Σ_d |B_d \\ A_d|·itemsize``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import geometry
+from ._errors import LayoutError
+from ._layout import Layout
+from ._layout_map import LayoutMap
+from ._mesh import Mesh
+
+__all__ = [
+    "Plan",
+    "PlanEntry",
+    "RelayoutPlan",
+    "Transfer",
+    "dtype_name_and_itemsize",
+    "plan",
+    "relayout_plan",
+    "relayout_transfers",
+]
+
+#: Bytes per element of the dtype names layoutcore knows without importing a framework.
+_ITEMSIZE = {
+    "bool": 1,
+    "int4": 1,
+    "uint4": 1,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "float": 4,
+    "int": 8,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "double": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "cfloat": 8,
+    "cdouble": 16,
+}
+
+
+def dtype_name_and_itemsize(dtype: Any) -> tuple[str, int]:
+    """A dtype's plain name and its bytes per element, for any framework's dtype object or name.
+
+    Accepts NumPy dtypes and type objects, JAX/ml_dtypes dtypes, ``torch.float32`` (its ``str`` is
+    ``"torch.float32"``), ``tf.float32`` (``.name``, ``.size``), keras' dtype strings.
+
+    Raises:
+        LayoutError: a dtype whose size cannot be told, naming it.
+    """
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        name = getattr(dtype, "name", None) or str(dtype)
+        if not isinstance(name, str):
+            name = str(dtype)
+    name = name.removeprefix("torch.").removeprefix("tf.").removeprefix("<dtype: '").removesuffix("'>")
+    if name in _ITEMSIZE:
+        return name, _ITEMSIZE[name]
+    for attribute in ("itemsize", "size"):  # NumPy / torch (itemsize), TF DType (size)
+        size = getattr(dtype, attribute, None)
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return name, size
+    try:
+        import numpy as np  # the core depends on NumPy already (the reference driver)
+
+        numpy_dtype = np.dtype(dtype)
+    except Exception:
+        raise LayoutError(f"Cannot tell the size of dtype {dtype!r}; give a NumPy dtype name.", value=dtype) from None
+    return numpy_dtype.name, numpy_dtype.itemsize
+
+
+def _shape(value: Any, path: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(value)
+    except TypeError:
+        raise LayoutError(
+            f"The shape of {path!r} is not a sequence of ints. Received: {value!r}", value=value
+        ) from None
+    for size in shape:
+        if isinstance(size, bool) or not hasattr(type(size), "__index__") or int(size) < 0:
+            raise LayoutError(
+                f"The shape of {path!r} must hold non-negative ints (known sizes). Received: {value!r}", value=value
+            )
+    return tuple(int(s) for s in shape)
+
+
+def _is_shape(value: Any) -> bool:
+    return (isinstance(value, (tuple, list)) and all(hasattr(type(s), "__index__") for s in value)) or (
+        type(value).__name__ in ("Size", "TensorShape")
+    )
+
+
+def _leaf(path: str, value: Any) -> tuple[str, tuple[int, ...], Any]:
+    """``(path, shape, dtype)`` from a shape, a ``(shape, dtype)`` pair or an object with ``.shape``."""
+    if hasattr(value, "shape"):
+        dtype = getattr(value, "dtype", None)
+        if dtype is None and hasattr(value, "value"):  # flax VariableState-like wrappers
+            dtype = getattr(value.value, "dtype", None)
+        return path, _shape(value.shape, path), "float32" if dtype is None else dtype
+    if hasattr(value, "value") and hasattr(value.value, "shape"):
+        return _leaf(path, value.value)
+    if _is_shape(value):
+        return path, _shape(value, path), "float32"
+    if isinstance(value, (tuple, list)) and len(value) == 2 and _is_shape(value[0]):
+        return path, _shape(value[0], path), value[1]
+    raise LayoutError(
+        f"Variable {path!r}: expected a shape, a (shape, dtype) pair, or something with .shape and .dtype. "
+        f"Received: {value!r}",
+        value=value,
+    )
+
+
+def _variables(variables: Any, separator: str) -> list[tuple[str, tuple[int, ...], Any]]:
+    """Flatten what :func:`plan` accepts into ``(path, shape, dtype)`` triples."""
+    if isinstance(variables, Mapping):
+        items = list(variables.items())
+        if all(isinstance(k, str) and not isinstance(v, Mapping) for k, v in items) and all(
+            hasattr(v, "shape") or _is_shape(v) or (isinstance(v, (tuple, list)) and len(v) == 2 and _is_shape(v[0]))
+            for _, v in items
+        ):
+            return [_leaf(k, v) for k, v in items]
+        from ._trees import flatten_with_paths
+
+        return [_leaf(p, v) for p, v in flatten_with_paths(variables, separator)]
+    if isinstance(variables, (str, bytes)) or not isinstance(variables, Iterable):
+        raise LayoutError(
+            "plan expects a mapping from path to shape, a tree, a module's named_parameters() or a model's "
+            f"variables. Received: {variables!r}",
+            value=variables,
+        )
+    out = []
+    for item in variables:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):  # named_parameters()
+            out.append(_leaf(item[0], item[1]))
+        elif isinstance(getattr(item, "path", None), str):  # keras 3 variables
+            out.append(_leaf(item.path, item))
+        elif isinstance(getattr(item, "name", None), str) and hasattr(item, "shape"):  # tf-keras variables
+            out.append(_leaf(item.name, item))
+        else:
+            raise LayoutError(
+                f"plan cannot tell the path of {item!r}: give (path, value) pairs or objects with .path.", value=item
+            )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEntry:
+    """One variable under a plan.
+
+    Attributes:
+        path: the variable's path. shape: its global shape. dtype: its dtype's name.
+        pattern: the map key it took (``None``: nothing matched, replicated).
+        layout: its layout. shard_shape: the largest shard's shape.
+        device_bytes: the bytes each mesh device holds of it, row-major.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    pattern: str | None
+    layout: Layout
+    shard_shape: tuple[int, ...]
+    device_bytes: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole (global) value."""
+        return math.prod(self.shape) * dtype_name_and_itemsize(self.dtype)[1]
+
+    @property
+    def held_whole(self) -> bool:
+        """Every device of a mesh of more than one holds the whole value."""
+        return len(self.device_bytes) > 1 and self.shard_shape == self.shape
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (the layout as its axes)."""
+        return {
+            "path": self.path,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "pattern": self.pattern,
+            "axes": _axes_json(self.layout),
+            "shard_shape": list(self.shard_shape),
+            "device_bytes": list(self.device_bytes),
+        }
+
+
+def _axes_json(layout: Layout) -> list[Any]:
+    return [list(a) if isinstance(a, tuple) else a for a in layout.axes]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a :class:`LayoutMap` does to a set of variables, before anything runs.
+
+    Attributes:
+        mesh: the map's mesh.
+        entries: one :class:`PlanEntry` per variable, in the order given.
+        unmatched: paths no pattern matched (replicated).
+        near_misses: per unmatched path (same order), the closest patterns.
+        unused_patterns: map keys no variable took.
+        device_bytes: per mesh device (row-major), the bytes it holds in all.
+        replicated_bytes: bytes of the entries held whole on every device (counted once each).
+    """
+
+    mesh: Mesh
+    entries: tuple[PlanEntry, ...]
+    unmatched: tuple[str, ...]
+    near_misses: tuple[tuple[str, ...], ...]
+    unused_patterns: tuple[str, ...]
+    device_bytes: tuple[int, ...]
+    replicated_bytes: int
+
+    @property
+    def max_device_bytes(self) -> int:
+        """The most any one device holds."""
+        return max(self.device_bytes, default=0)
+
+    def check(self, max_device_bytes: int | None = None, allow_unmatched: bool = True) -> Plan:
+        """Raise if a device would hold more than ``max_device_bytes`` or a path matched nothing.
+
+        Returns the plan itself, so ``plan(lm, vars).check(...)`` chains.
+
+        Raises:
+            LayoutError: naming the unmatched paths (with their near misses) when
+                ``allow_unmatched=False``, or the devices over the budget and the largest entries
+                on them.
+        """
+        problems = []
+        if not allow_unmatched and self.unmatched:
+            shown = "; ".join(
+                f"{p!r} (closest: {', '.join(repr(m) for m in near)})" if near else repr(p)
+                for p, near in zip(self.unmatched[:10], self.near_misses, strict=False)
+            )
+            more = f" and {len(self.unmatched) - 10} more" if len(self.unmatched) > 10 else ""
+            problems.append(f"{len(self.unmatched)} path(s) match no pattern and would be replicated: {shown}{more}")
+        if max_device_bytes is not None:
+            over = [(d, b) for d, b in enumerate(self.device_bytes) if b > max_device_bytes]
+            if over:
+                device, most = max(over, key=lambda item: item[1])
+                biggest = sorted(self.entries, key=lambda e: -e.device_bytes[device])[:3]
+                problems.append(
+                    f"{len(over)} device(s) exceed max_device_bytes={max_device_bytes}: device {device} holds {most} "
+                    f"bytes, most of it {', '.join(f'{e.path!r} ({e.device_bytes[device]} B)' for e in biggest)}"
+                )
+        if problems:
+            raise LayoutError(
+                "Plan check failed: " + "; ".join(problems) + ".", value=self.unmatched or max_device_bytes
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the mesh string form, every entry, and the totals (see docs/before-you-run.md)."""
+        return {
+            "mesh": {"shape": list(self.mesh.shape), "axis_names": list(self.mesh.axis_names)},
+            "entries": [e.to_dict() for e in self.entries],
+            "unmatched": [
+                {"path": p, "near_misses": list(near)} for p, near in zip(self.unmatched, self.near_misses, strict=True)
+            ],
+            "unused_patterns": list(self.unused_patterns),
+            "device_bytes": list(self.device_bytes),
+            "max_device_bytes": self.max_device_bytes,
+            "replicated_bytes": self.replicated_bytes,
+        }
+
+
+def _device_bytes(layout: Layout, shape: tuple[int, ...], itemsize: int, cache: dict[Any, Any]) -> tuple[int, ...]:
+    key = (layout, shape, itemsize)
+    found = cache.get(key)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    mesh = layout.mesh
+    assert mesh is not None
+    blocks = cache.get(layout)
+    if blocks is None:
+        blocks = cache[layout] = layout.offset_to_shard()
+    sizes = [geometry.chunk_sizes(size, layout.num_shards(d)) for d, size in enumerate(shape)]
+    by_block: dict[tuple[int, ...], int] = {}
+    out = []
+    for block in blocks:
+        nbytes = by_block.get(block)
+        if nbytes is None:
+            nbytes = by_block[block] = math.prod(s[b] for s, b in zip(sizes, block, strict=True)) * itemsize
+        out.append(nbytes)
+    result = tuple(out)
+    cache[key] = result
+    return result
+
+
+def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan:
+    """Apply ``layout_map`` to ``variables`` without data: who takes which pattern, and the bytes per device.
+
+    ``variables`` is a mapping from path to a shape, a ``(shape, dtype)`` pair, or anything with
+    ``.shape`` and ``.dtype``; a tree (§6, paths joined by ``separator``); an iterable of
+    ``(path, value)`` pairs (``module.named_parameters()``); or objects with ``.path`` (keras
+    variables). A shape alone means ``float32``. The map's ``on_missing`` applies to the
+    unmatched paths (once, naming all of them); they are replicated in the plan.
+
+    Raises:
+        LayoutError: the map has no mesh, a value is none of the above, an entry's rank differs
+            from its variable's (naming both), or a dtype's size is unknown.
+        UnmatchedPathError: ``on_missing="error"`` and a path matches nothing.
+        AmbiguousLayoutError: a path matches several patterns (``on_multiple="error"``).
+    """
+    if not isinstance(layout_map, LayoutMap):
+        raise LayoutError(f"plan expects a LayoutMap. Received: {layout_map!r}", value=layout_map)
+    mesh = layout_map.mesh
+    if mesh is None:
+        raise LayoutError("plan needs a LayoutMap with a mesh (the devices to count bytes on).", value=layout_map)
+    cache: dict[Any, Any] = {}
+    dtypes: dict[Any, tuple[str, int]] = {}
+    replicated = {}
+    entries = []
+    unmatched = []
+    used: set[str] = set()
+    totals = [0] * mesh.size
+    replicated_bytes = 0
+    for path, shape, dtype in _variables(variables, separator):
+        try:
+            name, itemsize = dtypes[dtype]
+        except (KeyError, TypeError):
+            name, itemsize = dtype_name_and_itemsize(dtype)
+            with contextlib.suppress(TypeError):  # an unhashable dtype object is just not cached
+                dtypes[dtype] = (name, itemsize)
+        pattern = layout_map.pattern_for(path)
+        if pattern is None:
+            unmatched.append(path)
+            layout = replicated.get(len(shape))
+            if layout is None:
+                layout = replicated[len(shape)] = Layout.replicated(mesh, len(shape))
+        else:
+            used.add(pattern)
+            layout = layout_map[pattern]
+            assert layout is not None
+            if layout.rank != len(shape):
+                raise LayoutError(
+                    f"LayoutMap pattern {pattern!r} gives variable {path!r} (shape {shape}) the rank-{layout.rank} "
+                    f"layout {layout.axes}, but the variable has rank {len(shape)}.",
+                    value=layout,
+                )
+            if layout.mesh is None:
+                layout = layout.with_mesh(mesh)
+            elif layout.mesh.size != mesh.size:
+                raise LayoutError(
+                    f"Pattern {pattern!r} has its own mesh {layout.mesh}; plan counts bytes on the map's mesh {mesh}.",
+                    value=layout,
+                )
+        device_bytes = _device_bytes(layout, shape, itemsize, cache)
+        shard_shape = tuple(-(-s // layout.num_shards(d)) for d, s in enumerate(shape))
+        entry = PlanEntry(path, shape, name, pattern, layout, shard_shape, device_bytes)
+        entries.append(entry)
+        for d, b in enumerate(device_bytes):
+            totals[d] += b
+        if entry.held_whole:
+            replicated_bytes += math.prod(shape) * itemsize
+    layout_map.unmatched(unmatched)
+    near = tuple(layout_map.near_misses(p) for p in unmatched)
+    unused = tuple(p for p in layout_map if p not in used)
+    return Plan(mesh, tuple(entries), tuple(unmatched), near, unused, tuple(totals), replicated_bytes)
+
+
+# -------------------------------------------------------------------------------------------------
+# relayout_plan
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One rectangle sent from one device to another.
+
+    Attributes:
+        src: the sending device's row-major position in the source layout's mesh.
+        dst: the receiving device's row-major position in the target layout's mesh.
+        index: the rectangle, as one ``slice`` per tensor axis into the global value.
+        nbytes: its size in bytes.
+    """
+
+    src: int
+    dst: int
+    index: tuple[slice, ...]
+    nbytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``index`` as ``[start, stop]`` pairs."""
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "index": [[s.start, s.stop] for s in self.index],
+            "nbytes": self.nbytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RelayoutPlan:
+    """The exact data movement of a relayout (see :func:`relayout_plan`).
+
+    Attributes:
+        source, target: the layouts. shape: the global shape. dtype: its name. itemsize: bytes per element.
+        transfers: every rectangle sent; each element a device needs and does not hold, once.
+        floor_bytes: their total, the physical minimum ``Σ_d |B_d \\ A_d|·itemsize``.
+        ingress_bytes: bytes received per target-mesh device, row-major.
+        egress_bytes: bytes sent per source-mesh device, row-major.
+    """
+
+    source: Layout
+    target: Layout
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    transfers: tuple[Transfer, ...]
+    floor_bytes: int
+    ingress_bytes: tuple[int, ...]
+    egress_bytes: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole (global) value."""
+        return math.prod(self.shape) * self.itemsize
+
+    def __repr__(self) -> str:
+        return (
+            f"RelayoutPlan(source={self.source!r}, target={self.target!r}, shape={self.shape!r}, "
+            f"dtype={self.dtype!r}, transfers=<{len(self.transfers)} transfers>, floor_bytes={self.floor_bytes})"
+        )
+
+    def to_dict(self, *, transfers: bool = True) -> dict[str, Any]:
+        """JSON-ready; ``transfers=False`` leaves the (possibly long) transfer list out."""
+        out: dict[str, Any] = {
+            "source": {"axes": _axes_json(self.source), "mesh": _mesh_json(self.source.mesh)},
+            "target": {"axes": _axes_json(self.target), "mesh": _mesh_json(self.target.mesh)},
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "nbytes": self.nbytes,
+            "floor_bytes": self.floor_bytes,
+            "transfer_count": len(self.transfers),
+            "ingress_bytes": list(self.ingress_bytes),
+            "egress_bytes": list(self.egress_bytes),
+        }
+        if transfers:
+            out["transfers"] = [t.to_dict() for t in self.transfers]
+        return out
+
+
+def _mesh_json(mesh: Mesh | None) -> dict[str, Any] | None:
+    if mesh is None:
+        return None
+    return {"shape": list(mesh.shape), "axis_names": list(mesh.axis_names), "devices": mesh.devices, "name": mesh.name}
+
+
+def _holder_map(source_devices: Sequence[Any], target_devices: Sequence[Any]) -> list[int | None]:
+    """Per target position, the source position of the same device (``None``: it holds nothing)."""
+    where = {d: i for i, d in enumerate(source_devices)}
+    return [where.get(d) for d in target_devices]
+
+
+def relayout_transfers(
+    source: Layout,
+    target: Layout,
+    shape: tuple[int, ...],
+    itemsize: int,
+    source_devices: Sequence[Any],
+    target_devices: Sequence[Any],
+) -> tuple[list[Transfer], list[int], list[int]]:
+    """The transfers of a relayout between two bound layouts: ``(transfers, ingress, egress)``.
+
+    ``source_devices`` and ``target_devices`` name each mesh position's device (any hashable
+    names; equal names are the same device). Among a source block's replicas, each transfer is
+    sent by the holder that has sent the least so far, which keeps the largest egress low.
+    """
+    source_mesh, target_mesh = source.mesh, target.mesh
+    assert source_mesh is not None and target_mesh is not None
+    rank = len(shape)
+    source_counts = [source.num_shards(d) for d in range(rank)]
+    source_chunks = [-(-size // n) for size, n in zip(shape, source_counts, strict=True)]
+    source_blocks = source.offset_to_shard()
+    holders: dict[tuple[int, ...], list[int]] = {}
+    for position, block in enumerate(source_blocks):
+        holders.setdefault(block, []).append(position)
+    target_bounds = [
+        geometry.shard_bounds(shape, target_mesh.shape, target.dim_axes, p) for p in range(target_mesh.size)
+    ]
+    local = _holder_map(source_devices, target_devices)
+    egress = [0] * source_mesh.size
+    ingress = [0] * target_mesh.size
+    transfers: list[Transfer] = []
+    for dst, bounds in enumerate(target_bounds):
+        if any(stop <= start for start, stop in bounds) and rank:
+            continue  # an empty target block needs nothing
+        own = None if local[dst] is None else source_blocks[local[dst]]  # type: ignore[index]
+        # Per axis, the source blocks whose chunk overlaps the target interval, and the overlap.
+        per_axis: list[list[tuple[int, int, int]]] = []
+        for (start, stop), chunk, count, size in zip(bounds, source_chunks, source_counts, shape, strict=True):
+            pieces = []
+            if chunk:
+                for b in range(start // chunk, min((stop - 1) // chunk + 1, count)):
+                    lo, hi = max(start, b * chunk), min(stop, (b + 1) * chunk, size)
+                    if hi > lo:
+                        pieces.append((b, lo, hi))
+            per_axis.append(pieces)
+        for combo in itertools.product(*per_axis):
+            block = tuple(b for b, _, _ in combo)
+            if block == own:
+                continue
+            nbytes = itemsize * math.prod(hi - lo for _, lo, hi in combo)
+            candidates = holders[block]
+            src = candidates[0] if len(candidates) == 1 else min(candidates, key=egress.__getitem__)
+            egress[src] += nbytes
+            ingress[dst] += nbytes
+            transfers.append(Transfer(src, dst, tuple(slice(lo, hi) for _, lo, hi in combo), nbytes))
+    return transfers, ingress, egress
+
+
+def _device_names(mesh: Mesh, other: Mesh) -> Sequence[Any]:
+    # Devices are matched by name; abstract meshes (either side) by position.
+    if mesh.devices is None or other.devices is None:
+        return range(mesh.size)
+    return mesh.devices
+
+
+def relayout_plan(source: Layout, target: Layout, shape: Sequence[int], dtype: Any = "float32") -> RelayoutPlan:
+    """The exact data movement of relaying a value of ``shape`` out from ``source`` to ``target``.
+
+    The layouts may be on the same mesh or on two meshes: devices are matched by name, and when
+    either mesh is abstract, by row-major position. A device of the target mesh that is not in
+    the source mesh holds nothing to start with.
+
+    Example:
+        >>> mesh = Mesh((4,), ("x",))
+        >>> p = relayout_plan(Layout(["x", None], mesh), Layout([None, "x"], mesh), (8, 8))
+        >>> p.floor_bytes, p.ingress_bytes    # each device keeps 1/16 and receives 3/16 of 256 B
+        (192, (48, 48, 48, 48))
+
+    Raises:
+        LayoutError: a layout without a mesh, a shape that does not fit a layout, or an unknown dtype.
+    """
+    for name, layout in (("source", source), ("target", target)):
+        if not isinstance(layout, Layout) or layout.mesh is None:
+            raise LayoutError(
+                f"relayout_plan: {name} must be a Layout bound to a mesh. Received: {layout!r}", value=layout
+            )
+    shape_t = source.check_shape(shape)
+    target.check_shape(shape_t)
+    dtype_name, itemsize = dtype_name_and_itemsize(dtype)
+    assert source.mesh is not None and target.mesh is not None
+    transfers, ingress, egress = relayout_transfers(
+        source,
+        target,
+        shape_t,
+        itemsize,
+        _device_names(source.mesh, target.mesh),
+        _device_names(target.mesh, source.mesh),
+    )
+    return RelayoutPlan(
+        source,
+        target,
+        shape_t,
+        dtype_name,
+        itemsize,
+        tuple(transfers),
+        sum(ingress),
+        tuple(ingress),
+        tuple(egress),
+    )
