@@ -56,7 +56,7 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
     for name, _owner, _local, param, layout in plan:
         value = drv.distribute_tensor(param.detach(), layout)
         new = torch.nn.Parameter(value, requires_grad=param.requires_grad)
-        replaced[id(param)] = drv.remember_layout(new, layout)
+        replaced[id(param)] = new
         result[name] = layout
     # Re-register on every owner (shared parameters included) only after all succeeded.
     for _prefix, owner in module.named_modules(remove_duplicate=False):

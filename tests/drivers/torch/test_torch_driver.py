@@ -483,9 +483,15 @@ def test_missing_private_api_raises_a_clear_error(monkeypatch: pytest.MonkeyPatc
 
 
 def _here() -> str:
-    from conftest import HERE
+    """PYTHONPATH for a child: this folder (conftest) plus the parent's entries, made absolute, so that the
+    child imports the same layoutcore and layoutcore_torch as the tests (the source tree under tox's
+    PYTHONPATH, not a stale installed copy)."""
+    import os
 
-    return str(HERE)
+    from conftest import HERE, REPO
+
+    inherited = [str((REPO / p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([str(HERE), *inherited])
 
 
 def test_torchrun_environment_without_a_group_warns_before_simulating() -> None:

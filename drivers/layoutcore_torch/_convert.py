@@ -1,0 +1,294 @@
+"""Conversions between layoutcore values and torch's: ``Mesh`` <-> ``DeviceMesh``, ``Layout`` <-> placements,
+and torch tensors <-> NumPy arrays.
+
+Layout -> placements: per mesh axis, ``Shard(d)`` when tensor axis ``d`` uses it, else ``Replicate()``;
+a tensor axis over several mesh axes in mesh order is repeated ``Shard(d)`` (torch applies placements
+in mesh order, i.e. major to minor). A tensor axis over mesh axes out of mesh order would need the
+private ``_StridedShard`` and is refused (``multi_axis_any_order``).
+
+DeviceMeshes: building one creates a process group per mesh axis, which torch keeps for the life of
+the default group (about 20 KiB each, measured: 1 500 distinct meshes grew ``pg_map`` by 1 500
+groups). So the process groups are made once per *rank grid* (shape and ranks), and every Mesh on
+that grid gets a cheap ``DeviceMesh.from_group`` over them carrying its own axis names. Both tables
+are bounded (least recently used entries go first).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from layoutcore import Capability, Layout, LayoutError, Mesh, UnsupportedLayoutError
+
+from . import _private
+from ._mode import ProcessGroupMode
+
+__all__ = [
+    "MAX_MESHES",
+    "MeshTable",
+    "contiguous_stride",
+    "layout_from_placements",
+    "placements",
+    "rank_of",
+    "to_numpy",
+]
+
+#: How many Mesh -> DeviceMesh conversions (and rank grids) the driver keeps.
+MAX_MESHES = 256
+#: Attribute set on the DeviceMeshes the driver makes: ``(mesh the user gave, its concrete binding)``.
+_TAG = "_layoutcore_mesh"
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Bounded(Generic[_K, _V]):
+    """A thread-safe least-recently-used dict of at most ``size`` entries."""
+
+    __slots__ = ("_data", "_lock", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._data: OrderedDict[_K, _V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def get(self, key: _K) -> _V | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def setdefault(self, key: _K, value: _V) -> _V:
+        with self._lock:
+            kept = self._data.setdefault(key, value)
+            self._data.move_to_end(key)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+            return kept
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class MeshTable:
+    """``DeviceMesh`` of each ``Mesh`` in the current world, and the way back.
+
+    Args:
+        mode: the driver's process-group mode (simulated or real ranks).
+        bind_mesh: the driver's ``bind_mesh`` (the devices a Mesh runs on, row-major).
+    """
+
+    __slots__ = ("_bind", "_by_eq", "_grids", "_meshes", "_mode")
+
+    def __init__(self, mode: ProcessGroupMode, bind_mesh: Callable[[Mesh], tuple[str, ...]]) -> None:
+        self._mode = mode
+        self._bind = bind_mesh
+        self._meshes: _Bounded[Mesh, Any] = _Bounded(MAX_MESHES)
+        self._grids: _Bounded[tuple[tuple[int, ...], tuple[int, ...]], list[Any]] = _Bounded(MAX_MESHES)
+        # DeviceMesh -> concrete Mesh, by torch equality (same ranks and names): for an equal DeviceMesh that
+        # torch's sharding-propagation caches handed a DTensor in place of ours.
+        self._by_eq: _Bounded[Any, Mesh] = _Bounded(MAX_MESHES)
+
+    def clear(self) -> None:
+        """Forget every DeviceMesh (the default group changed)."""
+        self._meshes.clear()
+        self._grids.clear()
+        self._by_eq.clear()
+
+    def device_mesh(self, mesh: Mesh) -> Any:
+        """The ``DeviceMesh`` of ``mesh`` (abstract or device-bound), one per Mesh value and world.
+
+        Raises:
+            LayoutError: the mesh needs devices the driver does not have.
+            UnsupportedLayoutError: its ranks are not in ascending order (``permuted_devices``).
+        """
+        native = self._meshes.get(mesh)
+        if native is not None:
+            return native
+        world = self._mode.world()
+        devices = self._bind(mesh)
+        # Simulated: position p is rank p (the device names are labels); real: device "CPU:r" is rank r.
+        ranks = tuple(range(mesh.size)) if world.simulated else tuple(rank_of(d) for d in devices)
+        if list(ranks) != sorted(ranks):
+            # Measured on torch 2.13 + gloo with DeviceMesh([1, 0]): all-gathers concatenate by group rank,
+            # not by mesh coordinate, so full_tensor and redistribute return misplaced data.
+            raise UnsupportedLayoutError(
+                f"{mesh!r} lists ranks {list(ranks)} out of ascending order; torch DeviceMesh collectives misplace "
+                "data on such a DeviceMesh, so the torch driver needs a mesh whose devices are in ascending rank "
+                "order.",
+                driver="torch",
+                feature="permuted_devices",
+                value=mesh,
+            )
+        import torch
+        from torch.distributed.device_mesh import DeviceMesh
+
+        grid = torch.tensor(ranks, dtype=torch.int64).reshape(mesh.shape)
+        key = (mesh.shape, ranks)
+        with self._mode.spmd(mesh.size):
+            groups = self._grids.get(key)
+            if groups is None:
+                native = DeviceMesh(world.device_type, grid, mesh_dim_names=mesh.axis_names)
+                groups = self._grids.setdefault(key, _groups_of(native))
+            else:  # the same ranks under other names: reuse the grid's process groups
+                native = DeviceMesh.from_group(groups, world.device_type, grid, mesh_dim_names=mesh.axis_names)
+        concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
+        setattr(native, _TAG, (mesh, concrete))
+        native = self._meshes.setdefault(mesh, native)
+        self._by_eq.setdefault(native, concrete)
+        return native
+
+    def mesh_of(self, device_mesh: Any, *, concrete: bool) -> Mesh:
+        """The Mesh of a ``DeviceMesh``: the one :meth:`device_mesh` made it from (its concrete binding when
+        ``concrete``), else a concrete mesh of its shape and ``mesh_dim_names`` over devices
+        ``"CPU:<rank>"`` (``"CUDA:<rank>"``), row-major.
+
+        Raises:
+            LayoutError: a foreign DeviceMesh without ``mesh_dim_names``.
+        """
+        tag = getattr(device_mesh, _TAG, None)
+        if tag is not None:
+            return tag[1] if concrete else tag[0]  # type: ignore[no-any-return]
+        known = self._by_eq.get(device_mesh)
+        if known is not None:
+            return known
+        names = device_mesh.mesh_dim_names
+        if not names:
+            raise LayoutError(
+                f"{device_mesh} has no mesh_dim_names; layoutcore meshes name every axis. Create it with "
+                "DeviceMesh(..., mesh_dim_names=(...)) or init_device_mesh(..., mesh_dim_names=(...)).",
+                value=device_mesh,
+            )
+        kind = str(device_mesh.device_type).upper()
+        ranks = [int(r) for r in device_mesh.mesh.flatten().tolist()]
+        return Mesh(tuple(int(s) for s in device_mesh.mesh.shape), tuple(names), [f"{kind}:{r}" for r in ranks])
+
+
+def _groups_of(device_mesh: Any) -> list[Any]:
+    """The process group of each mesh axis (this rank's), for ``DeviceMesh.from_group``."""
+    return [device_mesh.get_group(axis) for axis in range(device_mesh.ndim)]
+
+
+@functools.lru_cache(maxsize=1024)
+def placements(layout: Layout) -> tuple[Any, ...]:
+    """Torch placements of ``layout``, one per mesh axis in mesh order.
+
+    Raises:
+        LayoutError: the layout has no mesh.
+        UnsupportedLayoutError: a tensor axis over several mesh axes out of mesh order.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+
+    mesh = layout.mesh
+    if mesh is None:
+        raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
+    per_axis: list[Any] = [Replicate()] * mesh.ndim
+    for dim, indices in enumerate(layout.dim_axes):
+        if list(indices) != sorted(indices):
+            raise UnsupportedLayoutError(
+                f"torch cannot express {layout}: tensor axis {dim} is split over mesh axes "
+                f"{layout.mesh_axes(dim)} out of the mesh's order {mesh.axis_names} (it would need the "
+                "private _StridedShard).",
+                driver="torch",
+                feature=Capability.MULTI_AXIS_ANY_ORDER.value,
+                value=layout,
+            )
+        for index in indices:
+            per_axis[index] = Shard(dim)
+    return tuple(per_axis)
+
+
+def layout_from_placements(placements: Sequence[Any], mesh: Mesh, rank: int) -> Layout:
+    """The Layout on ``mesh`` of ``placements`` for a rank-``rank`` tensor.
+
+    Raises:
+        UnsupportedLayoutError: a ``Partial`` (pending reduction) or ``_StridedShard`` placement.
+        LayoutError: a placement count other than the mesh's rank, or a Shard dim out of range.
+    """
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    placements = tuple(placements)
+    if len(placements) != mesh.ndim:
+        raise LayoutError(
+            f"{len(placements)} placements {placements} for a {mesh.ndim}-D mesh {mesh}; torch needs one per mesh axis.",
+            value=placements,
+        )
+    entries: list[list[str]] = [[] for _ in range(rank)]
+    for axis_name, placement in zip(mesh.axis_names, placements, strict=True):
+        if isinstance(placement, Partial):
+            raise UnsupportedLayoutError(
+                f"Placement {placement!r} on mesh axis {axis_name!r} is a pending reduction; layoutcore layouts have "
+                "no Partial. relayout() the tensor (or assign it to a Variable) to reduce it into a layout.",
+                driver="torch",
+                feature="partial",
+                value=placements,
+            )
+        if _private.is_strided_shard(placement):
+            raise UnsupportedLayoutError(
+                f"Placement {placement!r} on mesh axis {axis_name!r} is torch's private _StridedShard, which "
+                "layoutcore's torch driver does not map to a Layout.",
+                driver="torch",
+                feature=Capability.MULTI_AXIS_ANY_ORDER.value,
+                value=placements,
+            )
+        if isinstance(placement, Shard):
+            dim = int(placement.dim)
+            if not -rank <= dim < rank:
+                raise LayoutError(
+                    f"{placement!r} on mesh axis {axis_name!r} shards axis {dim} of a rank-{rank} tensor.",
+                    value=placements,
+                )
+            entries[dim % rank].append(axis_name)
+        elif not isinstance(placement, Replicate):
+            raise UnsupportedLayoutError(
+                f"Unknown placement {placement!r} on mesh axis {axis_name!r}.",
+                driver="torch",
+                feature=type(placement).__name__,
+                value=placements,
+            )
+    return Layout([tuple(e) if e else None for e in entries], mesh)
+
+
+def rank_of(device: str) -> int:
+    """Rank of a canonical device name in a real group: ``"CPU:3"`` -> 3.
+
+    Raises:
+        LayoutError: no rank after the colon.
+    """
+    try:
+        return int(device.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        raise LayoutError(f"Cannot read a rank from device {device!r}.", value=device) from None
+
+
+def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides (in elements) of ``shape``, as torch gives a contiguous tensor."""
+    stride = []
+    step = 1
+    for size in reversed(shape):
+        stride.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(stride))
+
+
+def to_numpy(tensor: Any, *, copy: bool) -> np.ndarray:
+    """A plain torch tensor as a NumPy array (bfloat16 as float32, which holds every value exactly)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor, copy = tensor.cpu(), False
+    if tensor.dtype == torch.bfloat16:  # NumPy has no bfloat16
+        tensor, copy = tensor.float(), False
+    out: np.ndarray = tensor.numpy()
+    return out.copy() if copy else out
