@@ -4,7 +4,14 @@ Each driver names a :class:`ConformanceAdapter` subclass in ``Driver.conformance
 (``"package.module:Class"``). The adapter uses the framework's own raw calls only (for JAX
 ``array.addressable_shards``, for TF ``dtensor.unpack``, for torch the local tensors), so
 that a bug in the driver's ``unpack``/``to_numpy`` cannot hide itself: the suite compares
-what the adapter reads with the pure shard math in :mod:`layoutcore.geometry`.
+what the adapter reads with the pure shard math in :mod:`layoutcore.geometry`. Device names come
+from the framework too (``shard.device``, ``component.device``, ``DTensor.device_mesh``), never
+from the driver's ``bind_mesh`` or ``fetch_layout``.
+
+The optional hooks run the framework's own operations on distributed values, so that the suite
+can check what users meet beyond layoutcore's calls: the layout of an operation's output
+(:meth:`~ConformanceAdapter.identity_op`), in-place writes (:meth:`~ConformanceAdapter.subtract_inplace`)
+and the framework's compiler (:meth:`~ConformanceAdapter.compile`).
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ class ConformanceAdapter:
         in row-major mesh order, read with the framework's own calls.
     Optional:
         :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
-        :attr:`dtypes` (the NumPy dtype names the property tests draw from).
+        :attr:`dtypes` (the NumPy dtype names the property tests draw from),
+        :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace` and :meth:`compile`
+        (the framework's own operations and compiler).
     """
 
     #: NumPy dtype names the property tests use. The default is what every framework holds
@@ -40,7 +49,10 @@ class ConformanceAdapter:
         self.driver = driver
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
-        """``(canonical device name, data)`` per local device of ``tensor``, row-major mesh order."""
+        """``(canonical device name, data)`` per local device of ``tensor``, row-major mesh order.
+
+        The arrays must be copies: the suite compares them after later writes.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement device_data")
 
     def from_numpy(self, array: np.ndarray) -> Any:
@@ -50,6 +62,30 @@ class ConformanceAdapter:
     def ones_fn(self) -> Callable[..., Any]:
         """The framework's ``ones(shape, dtype=...)`` factory, for ``call_with_layout``."""
         return np.ones
+
+    def identity_op(self, tensor: Any) -> Any:
+        """``tensor + 0`` computed by the framework: a new distributed tensor, with the same layout,
+        that no layoutcore call created (so the driver reads its layout natively)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement identity_op")
+
+    def subtract(self, a: Any, b: Any) -> Any:
+        """``a - b`` of two distributed tensors of one layout, computed by the framework."""
+        raise NotImplementedError(f"{type(self).__name__} must implement subtract")
+
+    def subtract_inplace(self, target: Any, value: Any) -> bool:
+        """``target -= value`` in place with the framework's own in-place op (``Tensor.sub_``).
+
+        ``target`` is a distributed tensor or a variable's native value, ``value`` a distributed
+        tensor of the same layout. Returns ``False`` (doing nothing) where the framework's
+        distributed arrays are immutable (JAX, TF): the suite then writes through
+        ``Variable.assign`` only.
+        """
+        return False
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """``fn`` under the framework's compiler (``jax.jit``, ``tf.function``, ``torch.compile``),
+        or ``None`` where the framework has none (the NumPy reference driver)."""
+        return None
 
 
 def load_adapter(driver: Driver) -> ConformanceAdapter:

@@ -12,7 +12,11 @@ __all__ = ["JaxAdapter"]
 
 
 class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
-    """Reads ``jax.Array.addressable_shards`` and orders them by the sharding's mesh, with JAX calls only."""
+    """Reads ``jax.Array.addressable_shards`` and orders them by the sharding's mesh, with JAX calls only.
+
+    JAX arrays are immutable, so there is no in-place operation (writes go through ``Variable.assign``);
+    the compiler is ``jax.jit``.
+    """
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
         import jax
@@ -37,3 +41,14 @@ class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
         import jax.numpy as jnp
 
         return jnp.ones  # type: ignore[no-any-return]
+
+    def identity_op(self, tensor: Any) -> Any:
+        return tensor + 0
+
+    def subtract(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        import jax
+
+        return jax.jit(fn)  # type: ignore[no-any-return]

@@ -1,8 +1,10 @@
 """The conformance suite's raw-data adapter for the torch driver.
 
-It reads per-device data with torch's own calls only: ``DTensor.to_local()`` and, in the
-simulation, the ``LocalTensor``'s per-rank tensors (simulated rank ``p`` is mesh position ``p``);
-in a real process group, the local shard of this rank.
+It reads per-device data and device names with torch's own calls only: ``DTensor.device_mesh``
+(its rank grid and device type) names mesh position ``p`` as ``"<TYPE>:<rank>"``, and
+``DTensor.to_local()`` gives the data. In the single-process simulation the local tensor is a
+``LocalTensor`` holding one tensor per simulated rank (torch's private ``_local_tensors``); in a
+real process group it is this rank's shard.
 """
 
 from __future__ import annotations
@@ -13,33 +15,30 @@ from typing import Any
 import numpy as np
 from layoutcore_conformance import ConformanceAdapter
 
-from . import _private
-
 __all__ = ["TorchAdapter"]
 
 
 class TorchAdapter(ConformanceAdapter):
-    """Reads ``DTensor`` shards straight from torch."""
+    """Reads ``DTensor`` shards straight from torch. In-place writes are ``Tensor.sub_``; the compiler
+    is ``torch.compile(fullgraph=True)`` on the ``eager`` backend (dynamo's tracing, no code generation)."""
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
-        import torch
         import torch.distributed as dist
+        from torch.distributed._local_tensor import LocalTensor
         from torch.distributed.tensor import DTensor
 
         assert isinstance(tensor, DTensor), type(tensor)
-        # The device names are the layout's; the data comes from torch, keyed by rank.
-        mesh = self.driver.fetch_layout(tensor).mesh
-        assert mesh is not None
-        devices = self.driver.bind_mesh(mesh)
+        device_mesh = tensor.device_mesh
+        kind = str(device_mesh.device_type).upper()
+        grid = [int(r) for r in device_mesh.mesh.flatten().tolist()]
         local = tensor.to_local().detach()
-        grid = [int(r) for r in tensor.device_mesh.mesh.flatten().tolist()]
-        if _private.is_local_tensor(local):
-            per_rank = _private.local_tensors(local)
-            return [(d, _numpy(torch, per_rank[r])) for d, r in zip(devices, grid, strict=True)]
-        if dist.get_backend() == _private.FAKE_BACKEND:  # fully replicated shards are one plain tensor
-            return [(d, _numpy(torch, local)) for d in devices]
+        if isinstance(local, LocalTensor):  # the simulation: one tensor per simulated rank
+            per_rank = local._local_tensors
+            return [(f"{kind}:{r}", _numpy(per_rank[r])) for r in grid]
+        if dist.get_backend() == "fake":  # simulated, all ranks hold this one plain tensor
+            return [(f"{kind}:{r}", _numpy(local)) for r in grid]
         me = dist.get_rank()
-        return [(d, _numpy(torch, local)) for d, r in zip(devices, grid, strict=True) if r == me]
+        return [(f"{kind}:{r}", _numpy(local)) for r in grid if r == me]
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import torch
@@ -51,8 +50,28 @@ class TorchAdapter(ConformanceAdapter):
 
         return torch.ones  # type: ignore[no-any-return]
 
+    def identity_op(self, tensor: Any) -> Any:
+        return tensor + 0
 
-def _numpy(torch: Any, tensor: Any) -> np.ndarray:
+    def subtract(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def subtract_inplace(self, target: Any, value: Any) -> bool:
+        import torch
+
+        with torch.no_grad():  # a Variable's value is a Parameter that may require grad
+            target.sub_(value)
+        return True
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        import torch
+
+        return torch.compile(fn, fullgraph=True, backend="eager")  # type: ignore[no-any-return]
+
+
+def _numpy(tensor: Any) -> np.ndarray:
+    import torch
+
     if tensor.dtype == torch.bfloat16:
         tensor = tensor.float()
     return np.array(tensor.cpu().numpy())
