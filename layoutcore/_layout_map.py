@@ -47,7 +47,6 @@ _REPEATS = frozenset(
     if op is not None
 )
 _UNBOUNDED = _sre_parser.MAXREPEAT
-_REGEX_SYNTAX = re.compile(r"\\[dDwWsSbBAZ]|\\(.)|[][(){}^$.*+?|]")
 
 
 def _quote(pattern: str) -> str:
@@ -85,7 +84,7 @@ def _nested_unbounded_repeat(parsed: Any) -> bool:
     return False
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> tuple[re.Pattern[str], Any]:
     """Compile a LayoutMap pattern, refusing what Python's ``re`` cannot run in bounded time.
 
     Raises:
@@ -94,7 +93,8 @@ def _compile(pattern: str) -> re.Pattern[str]:
     """
     try:
         compiled = re.compile(pattern)
-        nested = _nested_unbounded_repeat(_sre_parser.parse(pattern))
+        parsed = _sre_parser.parse(pattern)
+        nested = _nested_unbounded_repeat(parsed)
     except re.error as exc:
         raise LayoutError(
             f"LayoutMap key {_quote(pattern)} is not a valid regular expression: {exc}", value=pattern
@@ -113,12 +113,41 @@ def _compile(pattern: str) -> re.Pattern[str]:
             "atomic ('(?>a+)+'), which never backtrack.",
             value=pattern,
         )
-    return compiled
+    return compiled, parsed
 
 
-def _literal(pattern: str) -> str:
-    """A pattern's text without regex syntax, for string similarity: ``"dense.*kernel"`` -> ``"densekernel"``."""
-    return _REGEX_SYNTAX.sub(lambda m: m.group(1) or "", pattern)
+#: At most this many literal spellings of one pattern are kept (alternations multiply them).
+_MAX_SPELLINGS = 16
+
+
+def _spellings(parsed: Any) -> tuple[str, ...]:
+    """The literal text a pattern's matches must contain, once per choice of its alternations.
+
+    ``"enc/.*/(query|key)/kernel"`` gives ``("enc//query/kernel", "enc//key/kernel")``: wildcards,
+    classes, anchors and optional parts drop out, required repeats count once. Used only to say
+    which patterns a path *almost* matched.
+    """
+
+    def walk(items: Any) -> list[str]:
+        out = [""]
+        for op, av in items:
+            if op is _sre_parser.LITERAL:
+                options = [chr(av)]
+            elif op is _sre_parser.SUBPATTERN:
+                options = walk(av[-1])
+            elif op is _sre_parser.BRANCH:
+                options = [s for branch in av[1] for s in walk(branch)]
+            elif op in _REPEATS or op is getattr(_sre_parser, "POSSESSIVE_REPEAT", None):
+                options = walk(av[2]) if av[0] >= 1 else [""]
+            else:  # classes, wildcards, anchors, lookarounds: no fixed text
+                options = [""]
+            out = [a + b for a in out for b in options][:_MAX_SPELLINGS]
+        return out
+
+    try:
+        return tuple(dict.fromkeys(walk(parsed)))
+    except RecursionError:  # deeply nested but valid: near misses are a courtesy, not a promise
+        return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +277,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._on_missing = on_missing
         self._layouts: dict[str, Layout] = {}
         self._matchers: dict[str, Callable[[str], Any]] = {}
-        self._literals: dict[str, str] = {}
+        self._literals: dict[str, tuple[str, ...]] = {}
         # path -> layout (or None); bounded in bytes (see CACHE_BYTES), not in entries.
         self._cache: dict[str, Layout | None] = {}
         self._cache_bytes = 0
@@ -291,7 +320,7 @@ class LayoutMap(MutableMapping[str, Layout]):
                 "Keys cannot be re-inserted; delete it first.",
                 value=pattern,
             )
-        compiled = _compile(pattern)
+        compiled, parsed = _compile(pattern)
         if isinstance(value, Layout):
             layout = value
         elif isinstance(value, (tuple, list)):
@@ -304,7 +333,7 @@ class LayoutMap(MutableMapping[str, Layout]):
             layout = layout.with_mesh(self._mesh)
         self._layouts[pattern] = layout
         self._matchers[pattern] = getattr(compiled, self._match)
-        self._literals[pattern] = _literal(pattern)
+        self._literals[pattern] = _spellings(parsed)
         self._clear_cache()
 
     def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]
@@ -367,8 +396,8 @@ class LayoutMap(MutableMapping[str, Layout]):
         could stand for, so ``"dense.*kernel"`` is close to ``"model/dense_1/kernal"``.
         """
         scored = []
-        for pattern, literal in self._literals.items():
-            score = _similarity(literal, path, partial=self._match != "fullmatch")
+        for pattern, spellings in self._literals.items():
+            score = max((_similarity(s, path, self._match) for s in spellings), default=0.0)
             if score >= _NEAR_MISS_CUTOFF:
                 scored.append((-score, pattern))
         scored.sort()
@@ -390,15 +419,15 @@ class LayoutMap(MutableMapping[str, Layout]):
         """
         if not isinstance(path, str):
             raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
-        policies = {"on_missing": self.on_missing, "on_multiple": self.on_multiple}
+        missing, multiple = self.on_missing, self.on_multiple
         if path in self._layouts:
-            return MatchReport(path, True, (path,), path, self._layouts[path], **policies)
+            return MatchReport(path, True, (path,), path, self._layouts[path], (), missing, multiple)
         matches = tuple(p for p, matcher in self._matchers.items() if matcher(path))
         if not matches:
-            return MatchReport(path, False, (), None, None, self.near_misses(path), **policies)
+            return MatchReport(path, False, (), None, None, self.near_misses(path), missing, multiple)
         chosen = matches[0] if len(matches) == 1 or self._on_multiple == "first" else None
         layout = None if chosen is None else self._layouts[chosen]
-        return MatchReport(path, False, matches, chosen, layout, **policies)
+        return MatchReport(path, False, matches, chosen, layout, (), missing, multiple)
 
     def unmatched(self, paths: Sequence[str], kind: str = "variable") -> None:
         """Apply ``on_missing`` to ``paths`` that nothing matched: nothing, one warning, or one error.
@@ -502,19 +531,25 @@ class LayoutMap(MutableMapping[str, Layout]):
         return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r})"
 
 
-def _similarity(literal: str, path: str, *, partial: bool) -> float:
-    """How alike a pattern's literal text and a path are, 0..1 (``difflib.SequenceMatcher``).
+def _similarity(literal: str, path: str, mode: str) -> float:
+    """How alike a pattern's literal text and a path are, 0..1 (``difflib.SequenceMatcher`` ratio).
 
-    With ``partial``, the share of the literal found in order in the path counts too: a search
-    pattern stands for part of a path, so its length should not count against it.
+    The path is cut to the part the literal lines up with where the pattern need not cover the
+    whole path (after the last matched character under ``"match"``, also before the first under
+    ``"search"``), so ``"dense.*kernel"`` is close to ``"my_model/dense_1/kernl"``; the path's text
+    between two literal pieces still counts, so a short pattern does not beat a long one that
+    lines up with more of the path.
     """
     if not literal:
         return 0.0
     matcher = difflib.SequenceMatcher(None, literal, path, autojunk=False)
-    if not partial:
-        return matcher.ratio() if matcher.real_quick_ratio() >= _NEAR_MISS_CUTOFF else 0.0
-    found = sum(block.size for block in matcher.get_matching_blocks())
-    return max(matcher.ratio(), found / len(literal) * 0.95) if len(literal) > 3 else matcher.ratio()
+    blocks = [b for b in matcher.get_matching_blocks() if b.size]
+    if not blocks:
+        return 0.0
+    found = sum(b.size for b in blocks)
+    start = blocks[0].b if mode == "search" else 0
+    stop = blocks[-1].b + blocks[-1].size if mode != "fullmatch" else len(path)
+    return 2.0 * found / (len(literal) + stop - start)
 
 
 _ACTIVE_MAP: contextvars.ContextVar[LayoutMap | None] = contextvars.ContextVar("layoutcore_layout_map", default=None)

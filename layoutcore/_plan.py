@@ -155,7 +155,10 @@ def _variables(variables: Any, separator: str) -> list[tuple[str, tuple[int, ...
             return [_leaf(k, v) for k, v in items]
         from ._trees import flatten_with_paths
 
-        return [_leaf(p, v) for p, v in flatten_with_paths(variables, separator)]
+        leaves = flatten_with_paths(variables, separator)
+        if items and not leaves:  # e.g. {"w": "float32"}: nothing to count, and silence would hide it
+            raise LayoutError(f"plan found no variable with a .shape in {variables!r}", value=variables)
+        return [_leaf(p, v) for p, v in leaves]
     if isinstance(variables, (str, bytes)) or not isinstance(variables, Iterable):
         raise LayoutError(
             "plan expects a mapping from path to shape, a tree, a module's named_parameters() or a model's "
@@ -343,7 +346,7 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
         raise LayoutError("plan needs a LayoutMap with a mesh (the devices to count bytes on).", value=layout_map)
     cache: dict[Any, Any] = {}
     dtypes: dict[Any, tuple[str, int]] = {}
-    replicated = {}
+    replicated: dict[int, Layout] = {}
     entries = []
     unmatched = []
     used: set[str] = set()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 
 from layoutcore import (
@@ -9,7 +12,11 @@ from layoutcore import (
     Layout,
     LayoutError,
     LayoutMap,
+    MatchReport,
     Mesh,
+    UnmatchedPathError,
+    UnmatchedPathWarning,
+    Variable,
     current_layout_map,
     layout_map_scope,
 )
@@ -273,3 +280,148 @@ def test_layout_for_refuses_ambiguous_paths() -> None:
     lm["dense.*"] = ("x", None)
     with pytest.raises(AmbiguousLayoutError):
         lm.layout_for("dense/kernel", (2, 2))
+
+
+# -- on_missing (DESIGN §5) -------------------------------------------------------------------------
+def _dense_map(on_missing: str) -> LayoutMap:
+    lm = LayoutMap(MESH, on_missing=on_missing)  # type: ignore[arg-type]
+    lm["dense.*kernel"] = (None, "y")
+    return lm
+
+
+def test_on_missing_replicate_is_the_default_and_silent() -> None:
+    lm = LayoutMap(MESH)
+    assert lm.on_missing == "replicate"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lm.layout_for("conv/kernel", (2, 2)) == Layout.replicated(MESH, 2)
+
+
+def test_on_missing_warn_replicates_with_a_warning_naming_path_and_near_miss() -> None:
+    lm = _dense_map("warn")
+    with pytest.warns(UnmatchedPathWarning, match=r"'model/dense_1/kernl' \(closest: 'dense\.\*kernel'\)") as record:
+        assert lm.layout_for("model/dense_1/kernl", (2, 2)) == Layout.replicated(MESH, 2)
+    assert record[0].message.paths == ("model/dense_1/kernl",)  # type: ignore[union-attr]
+    assert record[0].message.near_misses == (("dense.*kernel",),)  # type: ignore[union-attr]
+
+
+def test_on_missing_error_raises_in_layout_for_and_in_layout_map_scope() -> None:
+    lm = _dense_map("error")
+    with pytest.raises(UnmatchedPathError, match="'model/dense_1/kernl'") as info:
+        lm.layout_for("model/dense_1/kernl", (2, 2))
+    assert isinstance(info.value, LayoutError) and info.value.paths == ("model/dense_1/kernl",)
+    assert info.value.near_misses == (("dense.*kernel",),)
+    assert lm["model/dense_1/kernl"] is None  # a plain lookup still answers None, as keras
+    with layout_map_scope(lm), pytest.raises(UnmatchedPathError, match="conv/kernel"):
+        Variable(np.zeros((2, 2)), path="conv/kernel")
+    with layout_map_scope(lm):
+        assert Variable(np.zeros((2, 6)), path="dense/kernel").layout == Layout([None, "y"], MESH)
+
+
+def test_bad_on_missing_raises() -> None:
+    with pytest.raises(LayoutError, match="on_missing"):
+        LayoutMap(MESH, on_missing="ignore")  # type: ignore[arg-type]
+
+
+# -- explain ---------------------------------------------------------------------------------------
+def test_explain_a_chosen_pattern() -> None:
+    lm = _dense_map("replicate")
+    report = lm.explain("model/dense_1/kernel")
+    assert report == MatchReport(
+        "model/dense_1/kernel", False, ("dense.*kernel",), "dense.*kernel", Layout([None, "y"], MESH)
+    )
+    assert str(report) == (
+        "'model/dense_1/kernel' matches pattern 'dense.*kernel', so it takes Layout[unsharded, y] on Mesh(x=2, y=3)."
+    )
+
+
+def test_explain_exact_ambiguous_first_and_unmatched() -> None:
+    lm = LayoutMap(MESH)
+    lm["kernel"] = ("x",)
+    lm["dense.*"] = ("y",)
+    lm["dense/kernel"] = (None,)
+    exact = lm.explain("dense/kernel")
+    assert exact.exact and exact.chosen == "dense/kernel" and exact.layout == Layout([None], MESH)
+    assert "is a key of the map itself" in str(exact)
+    ambiguous = lm.explain("dense/kernel2")  # never raises
+    # every key is also a pattern: "dense/kernel" searches in "dense/kernel2" too
+    assert ambiguous.matches == ("kernel", "dense.*", "dense/kernel") and ambiguous.chosen is None
+    assert ambiguous.ambiguous and "matches 3 patterns ('kernel', 'dense.*', 'dense/kernel')" in str(ambiguous)
+    assert "raises AmbiguousLayoutError" in str(ambiguous)
+    first = LayoutMap(MESH, on_multiple="first")
+    first["kernel"] = ("x",)
+    first["dense.*"] = ("y",)
+    report = first.explain("dense/kernel2")
+    assert report.chosen == "kernel" and report.layout == Layout(["x"], MESH) and not report.ambiguous
+    assert "also matches 'dense.*'" in str(report)
+    nothing = lm.explain("zzz")
+    assert nothing.matches == () and nothing.near_misses == () and "no pattern is close" in str(nothing)
+    with pytest.raises(LayoutError):
+        lm.explain(3)  # type: ignore[arg-type]
+
+
+def test_explain_near_misses_rank_the_closest_pattern_first() -> None:
+    lm = LayoutMap(MESH, on_missing="error")
+    lm["encoder/.*/attention/(query|key|value)/kernel"] = (None, "y")
+    lm["decoder/.*kernel"] = (None, "y")
+    lm["embeddings"] = ("y", None)
+    report = lm.explain("encoder/layer_3/attention/qeury/kernel")
+    assert report.near_misses[0] == "encoder/.*/attention/(query|key|value)/kernel"
+    assert "embeddings" not in report.near_misses
+    assert str(report).startswith("'encoder/layer_3/attention/qeury/kernel' matches no pattern, so applying the map")
+    assert lm.explain("token_embedings").near_misses == ("embeddings",)
+
+
+# -- patterns Python's re cannot run safely (issue 9) ------------------------------------------------
+@pytest.mark.parametrize(
+    ("pattern", "cause"),
+    [
+        ("(" * 10_000 + "a" + ")" * 10_000, "RecursionError"),
+        ("a{4294967296}", "OverflowError"),
+    ],
+    ids=["10000-nested-groups", "huge-repeat"],
+)
+def test_patterns_too_deep_or_too_large_raise_layout_error(pattern: str, cause: str) -> None:
+    lm = LayoutMap(MESH)
+    with pytest.raises(LayoutError, match=cause) as info:
+        lm[pattern] = ("x",)
+    assert info.value.value == pattern and pattern[:50] in str(info.value)
+    assert len(str(info.value)) < 1000 and len(lm) == 0
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a*)*b", "(?:x\\d+/)*kernel", "((ab)*c)+", "(a|b+)*"])
+def test_nested_unbounded_repeats_are_refused(pattern: str) -> None:
+    lm = LayoutMap(MESH)
+    with pytest.raises(LayoutError, match="nests an unbounded repeat") as info:
+        lm[pattern] = ("x",)
+    assert repr(pattern) in str(info.value)
+
+
+@pytest.mark.parametrize("pattern", ["(a++)+$", "(?>a+)+$", "(a{1,3})+", "(dense|conv)_\\d+/kernel", "a+b*c+"])
+def test_possessive_atomic_bounded_and_flat_repeats_are_accepted(pattern: str) -> None:
+    import time
+
+    lm = LayoutMap(MESH)
+    lm[pattern] = ("x",)
+    start = time.perf_counter()
+    lm.get("a" * 26 + "!")
+    assert time.perf_counter() - start < 1.0  # the refused shape takes seconds here
+
+
+def test_the_lookup_cache_is_bounded_in_bytes() -> None:
+    import tracemalloc
+
+    from layoutcore._layout_map import CACHE_BYTES
+
+    lm = LayoutMap(MESH)
+    lm["dense.*kernel"] = ("x",)
+    tracemalloc.start()
+    try:
+        for i in range(65_535):
+            lm.get(f"{i:05d}" + "x" * 10_235)  # distinct 10 KB paths
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lm.cache_bytes <= CACHE_BYTES
+    assert current < 2 * CACHE_BYTES  # not the 562 MiB an entry-count bound allowed
+    assert lm["model/dense/kernel"] == Layout(["x"], MESH)  # still answers, from the cache or not
