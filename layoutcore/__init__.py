@@ -7,7 +7,7 @@ JAX, TensorFlow DTensor and PyTorch DTensor. Importing layoutcore imports no fra
 
 from __future__ import annotations
 
-from . import geometry
+from . import geometry, propagation
 from ._api import (
     call_with_layout,
     copy_to_mesh,
@@ -93,6 +93,7 @@ __all__ = [
     "driver_infos",
     "fetch_layout",
     "geometry",
+    "propagation",
     "get_driver",
     "layout_map_scope",
     "list_devices",

@@ -19,8 +19,9 @@ import itertools
 from typing import Any
 
 import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import geometry
+from . import _spmd, geometry
 from ._capabilities import Capability
 from ._driver import Driver, cpu_device_count
 from ._layout import Layout
@@ -28,8 +29,15 @@ from ._layout import Layout
 __all__ = ["NumpyDriver", "ShardedArray"]
 
 
-class ShardedArray:
+class ShardedArray(NDArrayOperatorsMixin):
     """The NumPy driver's distributed array: one read-only component per mesh device.
+
+    It computes as SPMD (DESIGN §7, :mod:`layoutcore._spmd`): ufuncs and the arithmetic
+    operators (broadcasting, scalars), ``@`` / ``np.matmul``, ``np.einsum``, ``sum`` / ``mean``
+    and ``transpose`` / ``.T`` run on each device's own components, with a simulated all-reduce
+    over a sharded summed axis; the result's layout is :mod:`layoutcore.propagation`'s and its
+    components are new read-only arrays. Any other NumPy function, or layouts with no rule,
+    raise :class:`UnsupportedLayoutError` naming the operation: never a silent gather.
 
     Attributes:
         shape: global shape. dtype: NumPy dtype. layout: its :class:`Layout`.
@@ -90,6 +98,33 @@ class ShardedArray:
 
     def __repr__(self) -> str:
         return f"ShardedArray(shape={self._shape}, dtype={self._dtype}, layout={self._layout})"
+
+    # -- SPMD operations (H8; the machinery is in _spmd) ---------------------------------------
+    __hash__ = object.__hash__  # the operator mixin's elementwise __eq__ would drop it
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return _spmd.ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return _spmd.array_function(func, args, kwargs)
+
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ShardedArray:
+        """Sum over ``axis`` (``None``: all), as ``np.sum``; sharded axes are all-reduced."""
+        return _spmd.reduce_sum(self, axis, dtype, keepdims)  # type: ignore[no-any-return]
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ShardedArray:
+        """Mean over ``axis``, as ``np.mean`` (float64 for integer input)."""
+        return _spmd.reduce_sum(self, axis, dtype, keepdims, mean=True)  # type: ignore[no-any-return]
+
+    def transpose(self, *axes: Any) -> ShardedArray:
+        """Axes permuted, as ``ndarray.transpose`` (no axes: reversed)."""
+        order = axes[0] if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)) else axes or None
+        return _spmd.transpose(self, order)  # type: ignore[no-any-return]
+
+    @property
+    def T(self) -> ShardedArray:
+        """Axes reversed."""
+        return self.transpose()
 
 
 def _view(array: np.ndarray, index: tuple[slice, ...]) -> np.ndarray:
