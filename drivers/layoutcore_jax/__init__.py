@@ -7,7 +7,8 @@ Importing this package does not import JAX; the driver imports it on first use, 
 Public conversions (round-trip tested): :func:`to_jax_mesh` / :func:`from_jax_mesh`,
 :func:`to_partition_spec` / :func:`from_partition_spec`, :func:`to_named_sharding` /
 :func:`from_named_sharding`, and :func:`from_jax_sharding` for any array's sharding.
-Multi-process runs start with :func:`initialize_distributed`.
+Multi-process runs start with :func:`initialize_distributed`. :func:`tree_shardings` turns a
+LayoutMap into ``NamedSharding``s for any pytree (flax NNX state, linen params, optax states).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ._convert import (
 )
 from ._distributed import ABORT_GRACE_S, DistributedInitError, initialize_distributed
 from ._driver import JaxDriver
+from ._trees import tree_paths, tree_shardings
 
 __all__ = [
     "ABORT_GRACE_S",
@@ -40,4 +42,6 @@ __all__ = [
     "to_jax_mesh",
     "to_named_sharding",
     "to_partition_spec",
+    "tree_paths",
+    "tree_shardings",
 ]

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import collections
 import math
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from layoutcore import Capability, Driver, Layout, LayoutError, Mesh
+from layoutcore import Capability, Driver, Layout, LayoutError, Mesh, UnsupportedLayoutError
 
 from ._convert import (
     AxisTypeName,
     _devices_by_name,
     _to_named_sharding,
+    from_jax_mesh,
     from_jax_sharding,
+    from_partition_spec,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +64,13 @@ class JaxDriver(Driver):
     call_with_layout    ``jax.jit(fn, out_shardings=NamedSharding)``: each device builds its shard
     ==================  ====================================================================
 
+    Inside ``jax.jit`` (traced values, :attr:`~layoutcore.Capability.TRACED`), ``distribute_tensor``
+    and ``relayout`` apply the layout as ``jax.lax.with_sharding_constraint`` (``jax.sharding.reshard``
+    on Explicit axes), ``call_with_layout`` constrains its result the same way, and ``fetch_layout``
+    returns a layout the driver applied in this trace, or the one JAX's type carries (Explicit axes);
+    on Auto axes JAX decides other shardings only when it compiles, so there it raises
+    :class:`~layoutcore.UnsupportedLayoutError` rather than guess.
+
     Capabilities: several mesh axes on one tensor axis, in any order, and relayout across meshes.
     Uneven dimensions are not a JAX layout (JAX 0.10 rejects them everywhere), so they are
     refused with :class:`~layoutcore.UnsupportedLayoutError` before JAX is called.
@@ -72,8 +82,15 @@ class JaxDriver(Driver):
 
     name = "jax"
     capabilities = frozenset(
-        {Capability.MULTI_AXIS, Capability.MULTI_AXIS_ANY_ORDER, Capability.RELAYOUT_ACROSS_MESHES}
+        {
+            Capability.MULTI_AXIS,
+            Capability.MULTI_AXIS_ANY_ORDER,
+            Capability.RELAYOUT_ACROSS_MESHES,
+            Capability.TRACED,
+        }
     )
+    #: ``jax.Array``'s implementation class, and JAX's tracer base (values inside ``jax.jit``).
+    native_types = ("jaxlib._jax.ArrayImpl", "jax._src.core.Tracer")
     requires = ("jax",)
     install_hint = "pip install 'layoutcore[jax]'"
     conformance_adapter = "layoutcore_jax._conformance:JaxAdapter"
@@ -96,6 +113,8 @@ class JaxDriver(Driver):
         self._fetched = _BoundedCache()
         self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._compiled = _BoundedCache()
+        # Layouts this driver applied to tracers (the front-end keeps no records for traced values).
+        self._traced: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
     # -- conversions (cached on the hashable values) --------------------------------------------
     def named_sharding(self, layout: Layout) -> NamedSharding:
@@ -136,6 +155,30 @@ class JaxDriver(Driver):
             and isinstance(value.sharding, self._named_sharding_type)
         )
 
+    def is_traced(self, value: Any) -> bool:
+        """A JAX tracer: a value inside ``jax.jit`` (or another JAX transformation)."""
+        return isinstance(value, self._jax.core.Tracer)
+
+    def _constrain(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        """Apply ``layout`` to a traced value as JAX's sharding constraint, and note it for fetch_layout."""
+        sharding = self._sharding(layout, devices)
+        if self._axis_types == "explicit":
+            out = self._jax.sharding.reshard(value, sharding)
+        else:
+            out = self._jax.lax.with_sharding_constraint(value, sharding)
+        return self._note_traced(out, layout)
+
+    def _note_traced(self, out: Any, layout: Layout) -> Any:
+        """Record that JAX will lay out the traced ``out`` by ``layout`` (for as long as the tracer lives)."""
+        key = id(out)
+        traced = self._traced
+
+        def forget(_: Any, key: int = key) -> None:
+            traced.pop(key, None)
+
+        traced[key] = (weakref.ref(out, forget), layout)
+        return out
+
     def prepare_input(self, value: Any) -> Any:
         if isinstance(value, np.ndarray | self._jax.Array):
             return value
@@ -143,7 +186,9 @@ class JaxDriver(Driver):
         return np.asarray(value)
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self.remember_layout(_array(self._jax.device_put(value, self._sharding(layout, devices))), layout)
+        if self.is_traced(value):
+            return _array(self._constrain(value, layout, devices))
+        return _array(self._jax.device_put(value, self._sharding(layout, devices)))
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
         shards = tensor.addressable_shards
@@ -172,19 +217,40 @@ class JaxDriver(Driver):
             jax.device_put(component, self._by_name[devices[p]])
             for p, component in zip(positions, components, strict=True)
         ]
-        return self.remember_layout(
-            _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays)), layout
-        )
+        return _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays))
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
-        return self.remember_layout(_array(self._jax.device_put(tensor, self._sharding(layout, devices))), layout)
+        if self.is_traced(tensor):
+            return _array(self._constrain(tensor, layout, devices))
+        return _array(self._jax.device_put(tensor, self._sharding(layout, devices)))
 
     def native_fetch_layout(self, tensor: jax.Array) -> Layout:
+        if self.is_traced(tensor):
+            return self._traced_layout(tensor)
         key = (tensor.sharding, tensor.ndim)
         layout = self._fetched.get(key)
         if layout is None:
             layout = self._fetched.put(key, from_jax_sharding(tensor.sharding, tensor.ndim))
         return layout  # type: ignore[no-any-return]
+
+    def _traced_layout(self, tensor: Any) -> Layout:
+        entry = self._traced.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            return entry[1]
+        aval_sharding = getattr(self._jax.typeof(tensor), "sharding", None)
+        mesh = getattr(aval_sharding, "mesh", None)
+        explicit = self._jax.sharding.AxisType.Explicit
+        if mesh is not None and mesh.axis_names and all(t == explicit for t in mesh.axis_types):
+            # Explicit axes: the sharding is part of JAX's type, known while tracing (on an abstract mesh).
+            return from_partition_spec(aval_sharding.spec, from_jax_mesh(mesh), ndim=tensor.ndim)  # type: ignore[union-attr]
+        raise UnsupportedLayoutError(
+            f"JAX does not know the layout of this traced value ({self._jax.typeof(tensor)}) while tracing: on Auto "
+            "mesh axes the compiler chooses it. fetch_layout inside jax.jit answers for values laid out there by "
+            "distribute_tensor/relayout/call_with_layout, or on a driver with axis_types='explicit'.",
+            driver=self.name,
+            feature="traced",
+            value=tensor,
+        )
 
     def native_to_numpy(self, tensor: jax.Array) -> np.ndarray:
         if not tensor.is_fully_addressable:
@@ -264,13 +330,15 @@ class JaxDriver(Driver):
         sharding = self._sharding(layout, devices)
         if jitted is None:
             jitted = entry[0] = jax.jit(plain, out_shardings=sharding)
-        if math.prod(out.shape) == 0:
+        if math.prod(out.shape) == 0 and not any(self.is_traced(a) for a in dynamic):
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
-            return self.remember_layout(_array(jax.device_put(np.empty(out.shape, out.dtype), sharding)), layout)
+            return _array(jax.device_put(np.empty(out.shape, out.dtype), sharding))
         result = jitted(*dynamic)
+        if self.is_traced(result):  # inside an outer jax.jit: out_shardings is the outer trace's constraint
+            return _array(self._note_traced(result, layout))
         if result.sharding != sharding:  # jit honours out_shardings; never hand back anything else
             raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
-        return self.remember_layout(_array(result), layout)
+        return _array(result)
 
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"

@@ -13,6 +13,11 @@ if importlib.util.find_spec("jax") is None:
     raise ImportError("the JAX driver's tests need the jax extra: pip install 'layoutcore[jax]'")
 
 from layoutcore_jax import JaxDriver
+from layoutcore_jax._runtime import configure_cpu_devices
+
+# Test modules build flax models and optax states with plain JAX calls, which would start JAX with
+# one CPU device; settle the count first, as the driver would (start-up itself is tested in subprocesses).
+configure_cpu_devices()
 
 
 @pytest.fixture

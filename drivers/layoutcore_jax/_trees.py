@@ -1,0 +1,107 @@
+"""``tree_shardings``: a LayoutMap over any JAX pytree, as ``NamedSharding``s for ``jax.jit`` (DESIGN §6)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from layoutcore import LayoutError, LayoutMap, get_driver
+
+if TYPE_CHECKING:
+    from ._driver import JaxDriver
+
+__all__ = ["tree_paths", "tree_shardings"]
+
+
+def _key_name(key: Any) -> str:
+    """One pytree key as a path component: dict keys and attribute names as themselves, indices in decimal."""
+    from jax import tree_util
+
+    if isinstance(key, tree_util.DictKey):
+        return str(key.key)
+    if isinstance(key, tree_util.SequenceKey):
+        return str(key.idx)
+    if isinstance(key, tree_util.GetAttrKey):
+        return str(key.name)
+    if isinstance(key, tree_util.FlattenedIndexKey):
+        return str(key.key)
+    return str(key)
+
+
+def _nnx_variable_leaf() -> Callable[[Any], bool] | None:
+    """``is_leaf`` stopping at flax NNX Variables (so a path ends at ``kernel``, not ``kernel/value``).
+
+    Only when flax.nnx is already imported: a tree can hold NNX Variables only then, and layoutcore
+    never imports flax itself.
+    """
+    nnx = sys.modules.get("flax.nnx")
+    variable = getattr(nnx, "Variable", None)
+    if variable is None:
+        return None
+    return lambda node: isinstance(node, variable)
+
+
+def _leaf_shape(leaf: Any) -> tuple[int, ...]:
+    """The global shape of a leaf: an array's, an NNX Variable's value's, a Python scalar's ``()``."""
+    value = leaf.get_value() if hasattr(leaf, "get_value") and not hasattr(leaf, "shape") else leaf
+    return tuple(int(s) for s in np.shape(value))
+
+
+def tree_paths(tree: Any, *, separator: str = "/") -> tuple[list[tuple[str, Any]], Any]:
+    """``([(path, leaf), ...], treedef)`` of a JAX pytree, paths as a LayoutMap sees them.
+
+    Keys are joined by ``separator``: dict keys and attribute/field names as they are, list and
+    tuple indices in decimal. flax NNX Variables are leaves (their ``.value`` is not a path
+    component), so NNX state, linen params and optax states that hold either are named by the
+    parameter paths: ``"layers/0/kernel"``, and ``"0/mu/layers/0/kernel"`` in ``optax.adam``'s state.
+    """
+    import jax
+
+    if not isinstance(separator, str):
+        raise LayoutError(f"separator must be a string. Received: {separator!r}", value=separator)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_nnx_variable_leaf())
+    return [(separator.join(_key_name(k) for k in path), leaf) for path, leaf in leaves], treedef
+
+
+def tree_shardings(layout_map: LayoutMap, tree: Any, *, separator: str = "/", driver: Any = None) -> Any:
+    """A ``NamedSharding`` for every leaf of a JAX pytree, by ``layout_map.layout_for(path, leaf.shape)``.
+
+    Works on any pytree: dicts, lists, tuples, namedtuples, flax NNX ``State`` (an NNX Variable is one
+    leaf; its ``.value`` is not part of the path), linen ``params`` dicts and optax states. The result
+    has the tree's structure with each leaf (or NNX Variable) replaced by its sharding, which
+    ``jax.jit(in_shardings=, out_shardings=)`` and ``jax.device_put`` take as a pytree prefix. Leaves
+    are arrays, ``jax.ShapeDtypeStruct``s (``jax.eval_shape`` output, so nothing is allocated) or
+    Python scalars (rank 0). A path nothing matches is replicated on the map's mesh.
+
+    Args:
+        layout_map: the map; its patterns are matched against the paths of :func:`tree_paths`.
+        tree: the pytree.
+        separator: joins the keys of a path.
+        driver: the JAX driver to bind meshes with (default: the registered ``"jax"`` driver).
+
+    Raises:
+        LayoutError: ``layout_map`` is not a LayoutMap, or an entry's rank differs from its leaf's
+            (naming the path).
+        AmbiguousLayoutError: a path matches several patterns.
+        UnsupportedLayoutError: JAX cannot lay out a leaf by its layout (an uneven dimension).
+    """
+    import jax
+
+    from ._driver import JaxDriver
+
+    if not isinstance(layout_map, LayoutMap):
+        raise LayoutError(f"tree_shardings expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map)
+    drv: JaxDriver = get_driver("jax" if driver is None else driver)  # type: ignore[assignment]
+    if not isinstance(drv, JaxDriver):
+        raise LayoutError(f"tree_shardings needs the JAX driver. Received: {drv!r}", value=drv)
+    leaves, treedef = tree_paths(tree, separator=separator)
+    shardings = []
+    for path, leaf in leaves:
+        shape = _leaf_shape(leaf)
+        layout = layout_map.layout_for(path, shape, kind="leaf")
+        drv.check_layout(layout, shape)  # uneven dims: layoutcore's typed refusal, not JAX's at jit time
+        shardings.append(drv.named_sharding(layout))
+    return jax.tree_util.tree_unflatten(treedef, shardings)
