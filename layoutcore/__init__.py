@@ -20,7 +20,8 @@ from ._api import (
     unpack,
 )
 from ._capabilities import Capability, required_capabilities
-from ._driver import CPU_DEVICES_ENV, ConfigurationError, Driver, VariableHandle, cpu_device_count
+from ._config import CPU_DEVICES_ENV, ConfigurationError, cpu_device_count
+from ._driver import DriverHooks, VariableHandle
 from ._errors import (
     AmbiguousLayoutError,
     DriverNotFoundError,
@@ -31,6 +32,7 @@ from ._errors import (
     NotDistributedError,
     UnsupportedLayoutError,
 )
+from ._frontend import Driver
 from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
 from ._layout_map import LayoutMap, current_layout_map, layout_map_scope
 from ._mesh import DeviceMesh, Mesh, create_mesh
@@ -64,6 +66,7 @@ __all__ = [
     "DVariable",
     "DeviceMesh",
     "Driver",
+    "DriverHooks",
     "DriverInfo",
     "DriverNotFoundError",
     "DriverUnavailableError",

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._driver import Driver
+from ._frontend import Driver
 from ._layout import Layout
 from ._registry import get_driver
 

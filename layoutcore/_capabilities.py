@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from ._layout import Layout
 
@@ -29,19 +30,28 @@ class Capability(enum.StrEnum):
     UNEVEN_MULTI_AXIS = "uneven_multi_axis"
     #: ``relayout`` onto a layout whose mesh differs from the source's.
     RELAYOUT_ACROSS_MESHES = "relayout_across_meshes"
+    #: Values inside the framework's compiler (``jax.jit`` tracers, ``tf.function`` graph tensors,
+    #: ``torch.compile`` fakes): ``distribute_tensor``/``relayout`` apply the layout as a sharding
+    #: constraint and ``fetch_layout`` reads it where the framework knows it (DESIGN §2a).
+    TRACED = "traced"
 
 
-def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> dict[Capability, str]:
+def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> Mapping[Capability, str]:
     """The capabilities needed to lay out a tensor of ``global_shape`` by ``layout`` (cached).
 
-    Returns a (shared, do not mutate) dict from each needed capability to a sentence naming the tensor axis that needs
-    it (for error messages). ``layout`` must have a mesh; ``global_shape`` its rank.
+    Returns a read-only mapping (a ``types.MappingProxyType``; the answer is cached and shared,
+    so no caller can change what the capability gate sees) from each needed capability to a
+    sentence naming the tensor axis that needs it (for error messages). ``layout`` must have a
+    mesh; ``global_shape`` its rank.
+
+    Raises:
+        LayoutError: ``layout`` has no mesh, or ``global_shape`` does not fit its rank.
     """
     return _required(layout, layout.check_shape(global_shape))
 
 
 @functools.lru_cache(maxsize=8192)
-def _required(layout: Layout, shape: tuple[int, ...]) -> dict[Capability, str]:
+def _required(layout: Layout, shape: tuple[int, ...]) -> Mapping[Capability, str]:
     mesh = layout._require_mesh("required_capabilities")
     needed: dict[Capability, str] = {}
     for dim, size in enumerate(shape):
@@ -60,4 +70,4 @@ def _required(layout: Layout, shape: tuple[int, ...]) -> dict[Capability, str]:
             needed.setdefault(Capability.UNEVEN, what)
             if len(names) > 1:
                 needed.setdefault(Capability.UNEVEN_MULTI_AXIS, what + f" (over mesh axes {names})")
-    return needed
+    return MappingProxyType(needed)

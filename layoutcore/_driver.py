@@ -1,80 +1,69 @@
-"""The driver plug-in contract.
+"""The driver plug-in contract: what a driver declares and the hooks it implements.
 
-A driver connects layoutcore's values to one framework. Subclass :class:`Driver`, implement
-the **required** ``native_*`` hooks (each maps to one framework call), optionally override the
-**optional** hooks, declare :attr:`Driver.capabilities`, and register the class under the
-``layoutcore.drivers`` entry-point group::
+A driver connects layoutcore's values to one framework. Write one in three steps:
 
-    [project.entry-points."layoutcore.drivers"]
-    mydriver = "my_package:MyDriver"
+1. Subclass :class:`layoutcore.Driver` (the public front-end, :mod:`layoutcore._frontend`, which
+   inherits every hook documented here from :class:`DriverHooks`).
+2. Declare the class attributes (:attr:`~DriverHooks.name`, :attr:`~DriverHooks.capabilities`,
+   ...) and implement the **required** hooks; override an **optional** hook where the framework
+   does better than the default.
+3. Register the class under the ``layoutcore.drivers`` entry-point group::
 
-The **inherited** public methods (``distribute_tensor``, ``pack``, ...) are what users reach
-through ``layoutcore.distribute_tensor(...)``. They validate every argument, bind abstract
-meshes to devices, refuse layouts outside the declared capabilities with
-:class:`UnsupportedLayoutError`, check packed components (count, shapes, dtypes, replicas),
-and only then call the hooks with arguments that are known good. So a hook never has to
-re-validate, and every driver reports bad input the same way.
+       [project.entry-points."layoutcore.drivers"]
+       mydriver = "my_package:MyDriver"
 
-Hooks receive ``devices``: the canonical names of the devices the layout's mesh is bound to,
-in row-major mesh order (``devices[p]`` holds ``layout.device_slices(shape)[p]``).
+**The split.** Users call the front-end's public methods (``distribute_tensor``, ``pack``, ...,
+reached through ``layoutcore.distribute_tensor(...)``). They are ``typing.final``: a driver cannot
+override them (mypy says so, and so does ``Driver.__init_subclass__`` at class creation). They
+validate every argument, bind abstract meshes to devices, refuse layouts outside
+:attr:`~DriverHooks.capabilities` with :class:`~layoutcore.UnsupportedLayoutError`, check packed
+components (count, shapes, dtypes, replica equality), and only then call a hook with arguments
+known to be good. Afterwards they **record** the layout of every tensor a creating hook returns,
+so that ``fetch_layout`` can give back the user's exact :class:`~layoutcore.Layout` (mesh name and
+abstractness included, which a native sharding forgets), and they check the record against
+:meth:`~DriverHooks.native_fetch_layout` on every read. So a hook never re-validates, never
+records, and every driver reports bad input the same way.
 
-The framework is imported lazily, inside the hooks or ``__init__``; the driver module itself
-must import only layoutcore's public API, so that ``layoutcore drivers`` can list it without
-the framework installed. Declare the importable modules it needs in :attr:`Driver.requires`
-and the command that installs them in :attr:`Driver.install_hint`.
+**What hooks receive.** ``layout`` always has a mesh, and fits the value's rank and the
+driver's capabilities. ``devices`` holds the canonical names of the devices that mesh is bound to,
+in row-major mesh order: ``devices[p]`` holds block ``layout.device_slices(shape)[p]``.
+
+**What hooks must not do.** Import the framework at module level (import it lazily in
+``__init__`` or inside the hooks, so ``layoutcore drivers`` can list a driver without its
+framework; name the modules in :attr:`~DriverHooks.requires`); keep the caller's memory writable
+through the result (DESIGN §2a "Whose memory": writes through a distributed value never reach the
+caller's input); return a tensor laid out otherwise than asked (the conformance suite reads every
+result's per-device data with the framework's own calls and compares it with the NumPy oracle).
+
+Per-framework native calls are named in each hook's docstring as ``JAX:``, ``TF:`` (DTensor),
+``torch:`` (DTensor) and ``NumPy:`` (the reference driver, :mod:`layoutcore._numpy_driver`).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import os
-import threading
-import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from ._capabilities import Capability, required_capabilities
-from ._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
+from ._capabilities import Capability
 from ._layout import Layout
 from ._mesh import Mesh
 
-__all__ = ["CPU_DEVICES_ENV", "ConfigurationError", "Driver", "VariableHandle", "cpu_device_count"]
+if TYPE_CHECKING:
+    from ._layout_map import LayoutMap
 
-#: Environment variable: how many CPU devices each driver exposes in one process.
-CPU_DEVICES_ENV = "LAYOUTCORE_CPU_DEVICES"
-DEFAULT_CPU_DEVICES = 8
-
-
-_T = TypeVar("_T")
-
-
-class ConfigurationError(LayoutcoreError, ValueError):
-    """An environment variable or setting holds a bad value."""
-
-
-def cpu_device_count() -> int:
-    """``LAYOUTCORE_CPU_DEVICES`` (default 8): CPU devices a driver exposes in one process.
-
-    Raises:
-        ConfigurationError: the variable is not a positive integer.
-    """
-    raw = os.environ.get(CPU_DEVICES_ENV, "").strip()
-    if not raw:
-        return DEFAULT_CPU_DEVICES
-    try:
-        count = int(raw)
-    except ValueError:
-        count = 0
-    if count <= 0:
-        raise ConfigurationError(f"{CPU_DEVICES_ENV} must be a positive integer. Received: {raw!r}", value=raw)
-    return count
+__all__ = ["DriverHooks", "VariableHandle"]
 
 
 class VariableHandle:
-    """The default variable state: a box holding the current native value."""
+    """The default variable state: a box holding the current native value.
+
+    Used by the default :meth:`DriverHooks.variable_create`; drivers with native variables
+    (TF's ``dtensor.DVariable``, a torch ``nn.Parameter``) return those instead.
+    """
 
     __slots__ = ("value",)
 
@@ -82,88 +71,212 @@ class VariableHandle:
         self.value = value
 
 
-class Driver(abc.ABC):
-    """Base class of every driver. See the module docstring for the required/optional split."""
+class DriverHooks(abc.ABC):
+    """The plug-in contract: class attributes, required hooks, optional hooks with defaults.
 
-    #: Registered name, e.g. ``"jax"``.
+    Do not subclass this class directly; subclass :class:`layoutcore.Driver`, which adds the
+    public front-end. Every hook below is called by the front-end only, after validation.
+    """
+
+    # ==========================================================================================
+    # Class attributes
+    # ==========================================================================================
+    #: Registered name, e.g. ``"jax"``; the entry point's name should match it.
     name: ClassVar[str] = ""
-    #: What the driver can express beyond even one-axis layouts (see :class:`Capability`).
+    #: What the driver can express beyond even, one-mesh-axis-per-tensor-axis layouts. For a
+    #: layout that needs a capability not listed here, the front-end raises
+    #: ``UnsupportedLayoutError(feature=capability.value)`` before any hook runs, and the
+    #: conformance suite checks exactly that.
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
-    #: Top-level modules that must be importable for the driver to work.
+    #: Top-level modules that must be importable for the driver to work (checked with
+    #: ``importlib.util.find_spec`` before the driver is created; nothing is imported).
     requires: ClassVar[tuple[str, ...]] = ()
-    #: The command that installs what :attr:`requires` names.
+    #: The command that installs what :attr:`requires` names, quoted in ``DriverUnavailableError``.
     install_hint: ClassVar[str] = ""
-    #: ``"module:Class"`` of the conformance suite's raw-data adapter for this driver
-    #: (a ``layoutcore_conformance.ConformanceAdapter`` subclass using only framework calls).
+    #: ``"module:Class"`` of the conformance suite's raw-data adapter for this driver (a
+    #: ``layoutcore_conformance.ConformanceAdapter`` subclass that uses framework calls only).
     conformance_adapter: ClassVar[str] = ""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._bound: dict[Mesh, tuple[str, ...]] = {}
-        self._origin: dict[Mesh, Mesh] = {}
-        self._made_with: dict[int, tuple[weakref.ref[Any], Layout]] = {}
+    #: Fully qualified names (``type.__module__ + "." + type.__qualname__``) of the driver's native
+    #: distributed tensor types, e.g. ``("jaxlib._jax.ArrayImpl",)`` or
+    #: ``("torch.distributed.tensor.DTensor",)``. The registry routes a value whose type (or a base
+    #: class of it) has one of these names to this driver ("the value chooses the driver",
+    #: DESIGN §2a) without importing any framework; :meth:`is_distributed` then has the last word.
+    native_types: ClassVar[tuple[str, ...]] = ()
+    #: What a caller's later writes to its NumPy input do to the result of ``distribute_tensor``
+    #: (DESIGN §2a "Whose memory"; the conformance suite checks the claim, aligned arrays and
+    #: ``np.memmap`` inputs included): ``"snapshot"`` (the default) - the result never changes;
+    #: ``"shares"`` - every device's data is a view of the input, so the caller's writes show
+    #: through on every device (the NumPy driver's read-only views). Writes *through* a distributed
+    #: value never reach the caller's input under either rule.
+    input_aliasing: ClassVar[Literal["snapshot", "shares"]] = "snapshot"
 
     # ==========================================================================================
     # Required hooks
     # ==========================================================================================
     @abc.abstractmethod
     def list_devices(self, device_type: str | None = None) -> list[str]:
-        """Canonical names of the devices this driver can place data on (``"CPU:0"`` ...).
+        """Canonical names of the devices this driver can place data on.
 
         Args:
-            device_type: only devices of this type (case-insensitive), e.g. ``"CPU"``.
+            device_type: only devices of this type (case-insensitive), e.g. ``"CPU"``; ``None``
+                for all.
+
+        Returns:
+            Names such as ``"CPU:0"``, in the framework's order. Abstract meshes bind to the
+            first ``mesh.size`` of them.
+
+        JAX: ``jax.devices()``; TF: ``tf.config.list_logical_devices()``; torch: the process
+        group's ranks (or the simulated ones); NumPy: ``LAYOUTCORE_CPU_DEVICES`` virtual CPUs.
         """
 
     @abc.abstractmethod
     def is_distributed(self, value: Any) -> bool:
-        """Whether ``value`` is this driver's native distributed tensor."""
+        """Whether ``value`` is this driver's concrete native distributed tensor.
+
+        Must be cheap (it runs on every call) and must not raise for foreign values. A traced
+        value (see :meth:`is_traced`) is not a concrete distributed tensor.
+
+        JAX: a ``jax.Array`` on a ``NamedSharding``; TF: ``dtensor.is_dtensor``; torch:
+        ``isinstance(value, DTensor)``; NumPy: ``isinstance(value, ShardedArray)``.
+        """
 
     @abc.abstractmethod
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
-        """Place a global value by ``layout``. ``value`` is a NumPy array or framework tensor
-        (not a distributed one) whose shape fits ``layout``.
+        """Place a global value by ``layout``.
 
-        JAX: ``jax.device_put(x, NamedSharding)``; TF: ``dtensor.relayout(copy_to_mesh(x))``;
-        torch: ``distribute_tensor``.
+        Args:
+            value: what :meth:`prepare_input` returned (a NumPy array or a framework tensor, not
+                a distributed one), whose shape fits ``layout``; or, for a driver with
+                :attr:`Capability.TRACED`, a traced value.
+            layout: the validated layout (mesh bound to ``devices``).
+            devices: the mesh's devices, row-major.
+
+        Returns:
+            A new native distributed tensor that shares no writable memory with ``value``.
+            For a traced value: the value under the framework's sharding constraint.
+
+        JAX: ``jax.device_put(x, NamedSharding)``; TF: ``dtensor.copy_to_mesh`` then
+        ``dtensor.relayout`` (or ``dtensor.pack`` of the blocks); torch:
+        ``distribute_tensor(src_data_rank=None)``; NumPy: read-only views of the blocks.
+        Capabilities: every one the layout needs (checked before the call).
         """
 
     @abc.abstractmethod
     def native_unpack(self, tensor: Any) -> list[Any]:
         """The local per-device components, in row-major mesh order.
 
-        JAX: ``addressable_shards``; TF: ``dtensor.unpack``; torch: ``to_local``.
+        Args:
+            tensor: a distributed tensor of this driver.
+
+        Returns:
+            One component per position of :meth:`local_positions` (all positions in a
+            single-process run), replicas included.
+
+        JAX: ``addressable_shards[i].data`` ordered by the mesh; TF: ``dtensor.unpack``; torch:
+        ``to_local`` (per simulated rank); NumPy: ``ShardedArray.components``.
         """
 
     @abc.abstractmethod
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
-        """Build a distributed tensor from components already checked against ``layout``
-        (count, shapes, dtypes and replica equality).
+        """Build a distributed tensor from per-device components.
 
-        JAX: ``make_array_from_single_device_arrays``; TF: ``dtensor.pack``; torch:
-        ``DTensor.from_local(shape=, stride=)``.
+        Args:
+            components: one per local position, already checked against ``layout``: count,
+                shapes, one dtype, equal replicas.
+            layout: their layout (validated for ``global_shape``).
+            devices: the mesh's devices, row-major.
+            global_shape: the global shape (given or inferred by the front-end).
+
+        Returns:
+            A new distributed tensor holding the components' data.
+
+        JAX: ``jax.make_array_from_single_device_arrays``; TF: ``dtensor.pack``; torch:
+        ``DTensor.from_local(run_check=False, shape=, stride=)``; NumPy: a ``ShardedArray``.
         """
 
     @abc.abstractmethod
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
-        """The same global value with another (validated) layout.
+        """The same global value with another layout.
 
-        JAX: ``device_put(a, sharding)``; TF: ``dtensor.relayout``; torch: ``redistribute``.
+        Args:
+            tensor: a distributed tensor of this driver.
+            layout: the target layout, validated for the tensor's shape. Its mesh is the
+                tensor's own unless the driver declares :attr:`Capability.RELAYOUT_ACROSS_MESHES`.
+            devices: the target mesh's devices, row-major.
+
+        Returns:
+            A distributed tensor laid out by ``layout``. Return ``tensor`` itself only when it is
+            already laid out by exactly ``layout``; where only the mesh's name or abstractness
+            differs (which no native sharding sees), return a new object, or the front-end raises
+            rather than let one object answer ``fetch_layout`` for two layouts.
+
+        JAX: ``jax.device_put(a, NamedSharding)``; TF: ``dtensor.relayout`` (host copy across
+        meshes); torch: ``DTensor.redistribute``; NumPy: distinct blocks built once.
+        Capabilities: the target layout's, and ``relayout_across_meshes`` for another mesh.
         """
 
     @abc.abstractmethod
     def native_fetch_layout(self, tensor: Any) -> Layout:
-        """The layout of ``tensor``, on a concrete mesh (the base maps it back to the mesh the
-        user gave, which may have been abstract)."""
+        """The layout ``tensor`` has, read from the tensor itself (the native truth).
+
+        Args:
+            tensor: a distributed tensor of this driver (made by a hook or by a framework
+                operation), or a traced value on a driver with :attr:`Capability.TRACED`.
+
+        Returns:
+            Its layout on a **concrete** mesh (devices set; any mesh name). The front-end checks
+            the record against it on every ``fetch_layout``, ignoring the mesh's name and
+            abstractness, and raises ``LayoutcoreError`` where they disagree; it maps a tensor
+            without record back to the mesh the user bound to those devices.
+
+        JAX: ``a.sharding`` (``NamedSharding`` -> Layout); TF: ``dtensor.fetch_layout``; torch:
+        ``placements`` and ``device_mesh``; NumPy: ``ShardedArray.layout``.
+        """
 
     @abc.abstractmethod
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
-        """The global value as a new NumPy array, for any layout."""
+        """The global value as a new NumPy array, for any layout.
+
+        Args:
+            tensor: a distributed tensor of this driver.
+
+        Returns:
+            A fresh, writable array (never a view of the tensor's memory).
+
+        JAX: the addressable shards with ``replica_id == 0`` (``process_allgather`` across
+        processes); TF: ``dtensor.unpack`` assembled (``.numpy()`` when replicated); torch:
+        ``full_tensor()``; NumPy: each distinct block written once.
+        """
 
     # ==========================================================================================
-    # Optional hooks (defaults shown)
+    # Optional hooks (the defaults shown are what a driver gets without overriding)
     # ==========================================================================================
+    def is_traced(self, value: Any) -> bool:
+        """Whether ``value`` lives inside the framework's compiler (default: never).
+
+        For a traced value the front-end skips records, replica checks and host reads, lets
+        ``distribute_tensor``/``relayout``/``fetch_layout`` through to the hooks, and raises
+        ``UnsupportedLayoutError(feature="traced")`` where the driver lacks
+        :attr:`Capability.TRACED`. Must be cheap and must not raise for foreign values.
+
+        JAX: ``isinstance(value, jax.core.Tracer)``; TF: a symbolic graph tensor inside
+        ``tf.function``; torch: a ``torch.compile`` fake tensor.
+        """
+        return False
+
+    def native_mesh(self, tensor: Any) -> Mesh:
+        """The concrete mesh ``tensor`` lives on, for ``relayout``'s same-mesh check.
+
+        Default: ``native_fetch_layout(tensor).mesh``. Override where a tensor has a mesh but
+        no :class:`Layout` (torch: pending sums, ``Partial``), so it can still be relaid out.
+        Capability: consulted only without ``relayout_across_meshes``.
+        """
+        mesh = self.native_fetch_layout(tensor).mesh
+        assert mesh is not None, "native_fetch_layout must return a layout on a mesh"
+        return mesh
+
     def native_call_with_layout(
         self,
         fn: Callable[..., Any],
@@ -172,30 +285,38 @@ class Driver(abc.ABC):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        """Call ``fn`` so that its result is laid out by ``layout``.
+        """Call ``fn(*args, **kwargs)`` so that its result is laid out by ``layout``.
 
-        The default materialises ``fn(*args, **kwargs)`` and distributes it; override it where
-        the framework can create each shard in place (``jax.jit(out_shardings=)``,
-        ``dtensor.call_with_layout``). The result's shape is only known once ``fn`` is traced or
-        run, so an override must call :meth:`check_layout` with that shape *before* creating the
-        shards (the inherited ``distribute_tensor`` does it for the default path); the inherited
-        ``call_with_layout`` verifies the returned tensor's layout afterwards.
+        The default materialises the result on the host and distributes it (through the
+        front-end's ``distribute_tensor``, with all its checks). Override where the framework
+        creates each shard in place. The result's shape is only known once ``fn`` is traced or
+        run, so an override must call the front-end's ``check_layout(layout, shape)`` with that
+        shape *before* creating the shards; the front-end then checks the returned tensor's
+        native layout and records it.
+
+        JAX: ``jax.jit(fn, out_shardings=NamedSharding)``; TF: ``dtensor.call_with_layout``;
+        torch: the DTensor factories (``torch.distributed.tensor.ones`` ...) for torch's own.
         """
-        return self.distribute_tensor(fn(*args, **kwargs), layout)
+        distribute: Callable[[Any, Layout], Any] = self.distribute_tensor  # type: ignore[attr-defined]
+        return distribute(fn(*args, **kwargs), layout)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
-        """Global shape of a native value (distributed or not)."""
+        """Global shape of a native value, distributed or not (default: ``tuple(value.shape)``)."""
         return tuple(int(s) for s in value.shape)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
-        """A component as a NumPy array, for pack's replica check (default ``np.asarray``)."""
+        """A component as a NumPy array, for ``pack``'s replica check (default ``np.asarray``).
+
+        May share memory with the component: the front-end only reads it.
+        """
         return np.asarray(component)
 
     def prepare_input(self, value: Any) -> Any:
         """Turn a user's global value into something :meth:`native_distribute` takes.
 
-        The default leaves arrays and tensors (anything with ``shape`` and ``dtype``) alone
-        and converts the rest (nested lists, scalars) with ``np.asarray``.
+        The default leaves arrays and tensors (anything with ``shape`` and ``dtype``) alone and
+        converts the rest (nested lists, scalars) with ``np.asarray``; the front-end refuses
+        what cannot become an array (a dict, ragged lists) before calling it.
         """
         if hasattr(value, "shape") and hasattr(value, "dtype"):
             return value
@@ -205,322 +326,29 @@ class Driver(abc.ABC):
         """Mesh positions whose devices belong to this process (default: all of them).
 
         Multi-process drivers override it; ``unpack`` and ``pack`` then hold these only.
+        JAX: ``device.process_index``; torch: the process group's rank.
         """
         return range(mesh.size)
 
     def variable_create(self, value: Any, layout: Layout) -> Any:
-        """Create a variable's state from a distributed value (default: a box)."""
+        """A variable's state, made from a distributed value (default: a :class:`VariableHandle`).
+
+        TF: ``dtensor.DVariable``; torch: a DTensor ``nn.Parameter``. A state that is itself a
+        distributed tensor is recorded with ``layout``.
+        """
         return VariableHandle(value)
 
     def variable_read(self, handle: Any) -> Any:
-        """The variable's current distributed value."""
+        """The variable's current distributed value (default: ``handle.value``); recorded with
+        the variable's layout by the front-end."""
         return handle.value
 
     def variable_assign(self, handle: Any, value: Any) -> None:
-        """Store ``value`` (already distributed with the variable's layout)."""
+        """Store ``value``, already distributed with the variable's layout and cast to its dtype
+        (default: ``handle.value = value``). TF: ``DVariable.assign``; torch: ``copy_`` in place."""
         handle.value = value
 
-    # ==========================================================================================
-    # Inherited public API (validates, then calls the hooks)
-    # ==========================================================================================
-    def bind_mesh(self, mesh: Mesh) -> tuple[str, ...]:
-        """The devices ``mesh`` runs on here, row-major.
-
-        An abstract mesh takes this driver's first ``mesh.size`` devices.
-
-        Raises:
-            LayoutError: the mesh names a device this driver does not have, or needs more
-                devices than it has (the message says how to get more).
-        """
-        try:
-            return self._bound[mesh]
-        except KeyError:
-            pass
-        available = self.list_devices()
-        hint = f"set {CPU_DEVICES_ENV} (now {len(available)} devices) before the framework starts"
-        if mesh.devices is None:
-            if mesh.size > len(available):
-                raise LayoutError(
-                    f"{mesh} needs {mesh.size} devices but the {self.name} driver has {len(available)}: "
-                    f"{available}; {hint}.",
-                    value=mesh,
-                )
-            devices = tuple(available[: mesh.size])
-        else:
-            known = set(available)
-            missing = [d for d in mesh.devices if d not in known]
-            if missing:
-                raise LayoutError(
-                    f"{mesh!r} names device(s) {missing} that the {self.name} driver does not have "
-                    f"(it has {available}); {hint}.",
-                    value=mesh,
-                )
-            devices = mesh.devices
-        with self._lock:
-            self._bound[mesh] = devices
-            self._origin.setdefault(mesh.with_devices(devices), mesh)
-        return devices
-
-    def remember_layout(self, tensor: _T, layout: Layout) -> _T:
-        """Record that ``tensor`` was made with ``layout``; returns ``tensor``.
-
-        A native sharding cannot tell an abstract mesh from the concrete mesh it was bound to,
-        nor two meshes that differ only by name; so hooks that create tensors should return
-        ``self.remember_layout(result, layout)``, and :meth:`fetch_layout` then gives back the
-        user's exact Layout. The record lives as long as the tensor (objects that cannot be
-        weakly referenced are not recorded and fall back to :meth:`native_fetch_layout`).
-        """
-        key = id(tensor)
-        made_with = self._made_with
-
-        def forget(_: Any, key: int = key) -> None:
-            made_with.pop(key, None)
-
-        with contextlib.suppress(TypeError):  # not weakly referenceable: fetch_layout reads it natively
-            made_with[key] = (weakref.ref(tensor, forget), layout)
-        return tensor
-
-    def recorded_layout(self, tensor: Any) -> Layout | None:
-        """The layout recorded by :meth:`remember_layout` for this very object, if any."""
-        entry = self._made_with.get(id(tensor))
-        if entry is None or entry[0]() is not tensor:
-            return None
-        return entry[1]
-
-    def user_mesh(self, concrete: Mesh) -> Mesh:
-        """The mesh the user first bound to ``concrete``'s devices (maybe abstract), else ``concrete``."""
-        return self._origin.get(concrete, concrete)
-
-    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
-        """Validate ``layout`` for a tensor of ``global_shape`` on this driver.
-
-        Raises:
-            LayoutError: not a Layout, no mesh, or the rank differs from the tensor's.
-            UnsupportedLayoutError: the layout needs a capability this driver lacks.
-        """
-        if not isinstance(layout, Layout):
-            raise LayoutError(f"Expected a layoutcore Layout. Received: {layout!r}", value=layout)
-        if layout.mesh is None:
-            raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
-        for capability, why in required_capabilities(layout, global_shape).items():
-            if capability not in self.capabilities:
-                raise UnsupportedLayoutError(
-                    f"The {self.name} driver cannot lay out shape {tuple(global_shape)} by {layout}: {why} "
-                    f"(capability {capability.value!r} not supported by {self.name}).",
-                    driver=self.name,
-                    feature=capability.value,
-                    value=layout,
-                )
-        return layout
-
-    def distribute_tensor(self, value: Any, layout: Layout) -> Any:
-        """Place a global value by ``layout``; a distributed input (or a Variable) is relaid out.
-
-        Raises:
-            LayoutError, UnsupportedLayoutError: see :meth:`check_layout`.
-        """
-        from ._variable import Variable
-
-        if isinstance(value, Variable):  # its current value, not the Variable object
-            value = value.value
-        if self.is_distributed(value):
-            return self.relayout(value, layout)
-        value = self.prepare_input(value)
-        self.check_layout(layout, self.shape_of(value))
-        return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
-
-    def copy_to_mesh(self, value: Any, layout: Layout) -> Any:
-        """Copy a value to every device of a *replicated* layout's mesh (as DTensor).
-
-        Raises:
-            LayoutError: the layout shards some axis (use ``distribute_tensor``/``relayout``).
-        """
-        if isinstance(layout, Layout) and not layout.is_fully_replicated():
-            raise LayoutError(
-                f"copy_to_mesh takes a fully replicated layout; {layout} shards an axis. "
-                "Use distribute_tensor, or copy_to_mesh then relayout.",
-                value=layout,
-            )
-        return self.distribute_tensor(value, layout)
-
-    def unpack(self, tensor: Any) -> list[Any]:
-        """This process's per-device components of ``tensor``, in row-major mesh order."""
-        return list(self.native_unpack(self.require_distributed(tensor, "unpack")))
-
-    def pack(self, components: Sequence[Any], layout: Layout, *, global_shape: Sequence[int] | None = None) -> Any:
-        """The inverse of :meth:`unpack`: one component per (local) device, row-major.
-
-        Args:
-            components: the per-device pieces (arrays, framework tensors, or nested lists, which
-                become NumPy arrays before the hooks see them).
-            layout: their layout.
-            global_shape: the global shape; inferred from the components when omitted.
-
-        Raises:
-            LayoutError: a wrong component count, a component whose rank or shape does not fit
-                the layout, mixed dtypes, or replicas holding different data (naming the devices).
-        """
-        if not isinstance(layout, Layout) or layout.mesh is None:
-            self.check_layout(layout, ())
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
-        devices = self.bind_mesh(mesh)
-        positions = list(self.local_positions(mesh, devices))
-        # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
-        components = [c if hasattr(c, "shape") and hasattr(c, "dtype") else np.asarray(c) for c in components]
-        if len(components) != len(positions):
-            raise LayoutError(
-                f"pack needs {len(positions)} components for {layout} (one per local device). "
-                f"Received {len(components)}.",
-                value=components,
-            )
-        shapes = [self.shape_of(c) for c in components]
-        for device_pos, shape in zip(positions, shapes, strict=True):
-            if len(shape) != layout.rank:
-                raise LayoutError(
-                    f"Component for device {devices[device_pos]} has rank {len(shape)} (shape {shape}), "
-                    f"but {layout} has rank {layout.rank}.",
-                    value=shape,
-                )
-        dtypes = {str(getattr(c, "dtype", None)) for c in components}
-        if len(dtypes) > 1:
-            raise LayoutError(
-                f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
-            )
-        shape = (
-            _infer_global_shape(layout, positions, shapes)
-            if global_shape is None
-            else layout.check_shape(tuple(int(s) for s in global_shape))
-        )
-        self.check_layout(layout, shape)
-        expected = layout.local_shapes(shape)
-        for device_pos, got in zip(positions, shapes, strict=True):
-            if got != expected[device_pos]:
-                raise LayoutError(
-                    f"Component for device {devices[device_pos]} has shape {got}; {layout} with global shape "
-                    f"{shape} gives it shape {expected[device_pos]}.",
-                    value=got,
-                )
-        self._check_replicas(components, layout, positions, devices)
-        return self.native_pack(components, layout, devices, shape)
-
-    def relayout(self, tensor: Any, layout: Layout) -> Any:
-        """The same global value laid out by ``layout``.
-
-        Raises:
-            LayoutError, UnsupportedLayoutError: see :meth:`check_layout`; also for a move to
-                another mesh without :attr:`Capability.RELAYOUT_ACROSS_MESHES`.
-        """
-        tensor = self.require_distributed(tensor, "relayout")
-        self.check_layout(layout, self.shape_of(tensor))
-        devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
-        if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
-            # Compare fields rather than building bound Mesh copies: this runs on every relayout.
-            mesh: Mesh = layout.mesh  # type: ignore[assignment]
-            source: Mesh = self.fetch_layout(tensor).mesh  # type: ignore[assignment]
-            if (source.shape, source.axis_names, source.name, self.bind_mesh(source)) != (
-                mesh.shape,
-                mesh.axis_names,
-                mesh.name,
-                devices,
-            ):
-                raise UnsupportedLayoutError(
-                    f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
-                    f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
-                    driver=self.name,
-                    feature=Capability.RELAYOUT_ACROSS_MESHES.value,
-                    value=layout,
-                )
-        return self.native_relayout(tensor, layout, devices)
-
-    def fetch_layout(self, tensor: Any) -> Layout:
-        """The layout ``tensor`` was made with (recorded, else read from the tensor)."""
-        tensor = self.require_distributed(tensor, "fetch_layout")
-        recorded = self.recorded_layout(tensor)
-        if recorded is not None:
-            return recorded
-        layout = self.native_fetch_layout(tensor)
-        if layout.mesh is None:
-            return layout
-        return layout.with_mesh(self.user_mesh(layout.mesh))
-
-    def to_numpy(self, tensor: Any) -> np.ndarray:
-        """The global value of ``tensor`` as a NumPy array (any layout)."""
-        return self.native_to_numpy(self.require_distributed(tensor, "to_numpy"))
-
-    def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:
-        """Call a tensor-creating ``fn`` and return its result laid out by ``layout``."""
-        if not callable(fn):
-            raise LayoutError(f"call_with_layout needs a callable. Received: {fn!r}", value=fn)
-        if not isinstance(layout, Layout) or layout.mesh is None:
-            self.check_layout(layout, ())
-        result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
-        got = self.fetch_layout(result)
-        if got != layout:  # a driver bug, not a user error: never hand back a wrongly laid out value
-            raise LayoutcoreError(f"{self.name} call_with_layout produced {got}, not {layout}.", value=got)
-        return result
-
-    # ==========================================================================================
-    # Helpers for subclasses
-    # ==========================================================================================
-    def require_distributed(self, value: Any, what: str) -> Any:
-        """Return ``value`` (a Variable's value) if it is this driver's tensor, else raise.
-
-        Raises:
-            NotDistributedError: ``value`` is not a distributed tensor of this driver.
-        """
-        from ._variable import Variable
-
-        if isinstance(value, Variable):
-            value = value.value
-        if not self.is_distributed(value):
-            raise NotDistributedError(
-                f"{what} needs a distributed tensor of the {self.name} driver. Received: "
-                f"{type(value).__module__}.{type(value).__qualname__}. Distribute it first with "
-                "distribute_tensor(value, layout), or pick its driver with driver=...",
-                value=value,
-            )
-        return value
-
-    def _check_replicas(
-        self, components: list[Any], layout: Layout, positions: list[int], devices: tuple[str, ...]
-    ) -> None:
-        blocks = layout.offset_to_shard()
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for index, device_pos in enumerate(positions):
-            groups.setdefault(blocks[device_pos], []).append(index)
-        for block, members in groups.items():
-            if len(members) < 2:
-                continue
-            first = self.component_to_numpy(components[members[0]])
-            equal_nan = first.dtype.kind in "fc"
-            differing = [
-                devices[positions[i]]
-                for i in members[1:]
-                if not np.array_equal(first, self.component_to_numpy(components[i]), equal_nan=equal_nan)
-            ]
-            if differing:
-                raise LayoutError(
-                    f"Replicas of block {block} under {layout} hold different data: device(s) {differing} differ "
-                    f"from device {devices[positions[members[0]]]}. Replicated components must be equal.",
-                    value=differing,
-                )
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
-
-
-def _infer_global_shape(layout: Layout, positions: list[int], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """Global shape from local component shapes: the sum of the distinct blocks per axis.
-
-    Where some blocks are not local (multi-process), the axis is assumed even; ``pack``
-    then validates every shape against the chunk rule.
-    """
-    blocks = layout.offset_to_shard()
-    result = []
-    for dim in range(layout.rank):
-        sizes: dict[int, int] = {}
-        for device_pos, shape in zip(positions, shapes, strict=True):
-            sizes.setdefault(blocks[device_pos][dim], shape[dim])
-        n = layout.num_shards(dim)
-        result.append(sum(sizes.values()) if len(sizes) == n else max(sizes.values(), default=0) * n)
-    return tuple(result)
+    def enter_layout_map_scope(self, layout_map: LayoutMap) -> contextlib.AbstractContextManager[Any]:
+        """A context the public ``layout_map_scope(layout_map)`` enters on this driver (default:
+        nothing to do). TF: gives tf-keras variables created inside it their layouts."""
+        return contextlib.nullcontext()

@@ -23,7 +23,8 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import _spmd, geometry
 from ._capabilities import Capability
-from ._driver import Driver, cpu_device_count
+from ._config import cpu_device_count
+from ._frontend import Driver
 from ._layout import Layout
 
 __all__ = ["NumpyDriver", "ShardedArray"]
@@ -169,7 +170,8 @@ class NumpyDriver(Driver):
     """The reference driver (see the module docstring)."""
 
     name = "numpy"
-    capabilities = frozenset(Capability)
+    capabilities = frozenset(Capability)  # traced included, vacuously: NumPy has no compiler, so no tracer
+    native_types = ("layoutcore._numpy_driver.ShardedArray",)
     install_hint = "pip install layoutcore"
     conformance_adapter = "layoutcore_conformance.adapters:NumpyAdapter"
 
@@ -255,10 +257,6 @@ class NumpyDriver(Driver):
 
     def native_fetch_layout(self, tensor: ShardedArray) -> Layout:
         return tensor.layout
-
-    def fetch_layout(self, tensor: Any) -> Layout:
-        """The exact layout ``tensor`` was made with (the reference driver keeps it)."""
-        return self.require_distributed(tensor, "fetch_layout").layout  # type: ignore[no-any-return]
 
     def native_to_numpy(self, tensor: ShardedArray) -> np.ndarray:
         return _assemble(tensor)

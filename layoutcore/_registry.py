@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._capabilities import Capability
-from ._driver import ConfigurationError, Driver
+from ._config import ConfigurationError
 from ._errors import DriverNotFoundError, DriverUnavailableError
+from ._frontend import Driver
 
 if TYPE_CHECKING:  # importlib.metadata costs ~30 ms (email, pathlib, ...): loaded on first discovery only
     from importlib.metadata import EntryPoint

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._driver import Driver
 from ._errors import LayoutError, LayoutMismatchError
+from ._frontend import Driver, HoldsValue
 from ._layout import Layout
 from ._layout_map import current_layout_map
 from ._mesh import Mesh
@@ -17,7 +17,7 @@ __all__ = ["DVariable", "Variable"]
 DEFAULT_AXIS = "batch"
 
 
-class Variable:
+class Variable(HoldsValue):
     """A mutable distributed value with a fixed layout (TF DTensor's ``DVariable``).
 
     Args:
@@ -54,7 +54,7 @@ class Variable:
         self._driver = drv
         self._layout = layout
         self._shape = drv.shape_of(value)
-        self._handle = drv.variable_create(value, layout)
+        self._handle = drv.make_variable_state(value, layout)
         self.path = path
 
     @property
@@ -65,7 +65,7 @@ class Variable:
     @property
     def value(self) -> Any:
         """The current value, as the driver's native distributed tensor."""
-        return self._driver.variable_read(self._handle)
+        return self._driver.read_variable_state(self._handle, self._layout)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -120,7 +120,7 @@ class Variable:
             )
         if not drv.is_distributed(value):
             value = drv.distribute_tensor(value, self._layout)
-        drv.variable_assign(self._handle, value)
+        drv.assign_variable_state(self._handle, value)
         return self
 
     def _name(self) -> str:

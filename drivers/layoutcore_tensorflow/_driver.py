@@ -123,11 +123,11 @@ class TensorFlowDriver(Driver):
         dtensor = self._dtensor
         native = self._native(layout, devices)
         if layout.is_fully_replicated():
-            return self.remember_layout(dtensor.copy_to_mesh(value, native), layout)
+            return dtensor.copy_to_mesh(value, native)
         shape = self.shape_of(value)
         if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES:
             replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
-            return self.remember_layout(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout)
+            return dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native)
         # Small values: a pack of the distinct blocks, each sliced from the input once.
         slices = _slices(layout, shape)
         blocks = layout.offset_to_shard()
@@ -138,7 +138,7 @@ class TensorFlowDriver(Driver):
             if block not in made:
                 made[block] = value[slices[position]]
             components.append(made[block])
-        return self.remember_layout(dtensor.pack(components, native), layout)
+        return dtensor.pack(components, native)
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         return list(self._dtensor.unpack(self._tensor(tensor)))
@@ -146,7 +146,7 @@ class TensorFlowDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
-        return self.remember_layout(self._dtensor.pack(components, self._native(layout, devices)), layout)
+        return self._dtensor.pack(components, self._native(layout, devices))
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
@@ -158,14 +158,14 @@ class TensorFlowDriver(Driver):
             # or an identity where it was made with another (say abstract) mesh over these devices.
             if self.recorded_layout(tensor) == layout:
                 return tensor
-            return self.remember_layout(self._tf.identity(tensor), layout)
+            return self._tf.identity(tensor)
         shape = self.shape_of(tensor)
         if 0 in shape:
             # Nothing to move; TF's collectives fail on empty shapes ("shape in CollectiveParams
             # should be non-empty"), so build the empty components directly.
             return self.native_distribute(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string():
-            return self.remember_layout(dtensor.relayout(tensor, native), layout)
+            return dtensor.relayout(tensor, native)
         # Another mesh. DTensor's relayout works within one mesh, and its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), so
         # the value goes through host memory: read once, then placed as distribute_tensor does.
@@ -228,7 +228,7 @@ class TensorFlowDriver(Driver):
             shape = tuple(0 if s is None else int(s) for s in output.shape)
             self.check_layout(layout, shape)  # a rank mismatch or an uneven axis: layoutcore's error, not TF's
         native = self._native(layout, devices)
-        return self.remember_layout(self._dtensor.call_with_layout(function, native, *args, **kwargs), layout)
+        return self._dtensor.call_with_layout(function, native, *args, **kwargs)
 
     def _as_function(self, fn: Callable[..., Any]) -> Any:
         tf = self._tf
@@ -257,7 +257,7 @@ class TensorFlowDriver(Driver):
         return variable
 
     def variable_read(self, handle: Any) -> Any:
-        return self.remember_layout(handle.read_value(), handle._layoutcore_layout)
+        return handle.read_value()
 
     def variable_assign(self, handle: Any, value: Any) -> None:
         handle.assign(value)

@@ -6,8 +6,7 @@ the NumPy adapter, which reads ``ShardedArray`` storage directly:
 
 * ``broken-rotated``: every component is placed one device along (device ``i`` holds block
   ``i+1``); unpack and to_numpy see the same wrong storage.
-* ``broken-uneven``: declares no ``uneven``/``uneven_multi_axis`` capability but lays out uneven
-  shapes anyway instead of raising ``UnsupportedLayoutError``.
+* ``broken-uneven``: declares ``uneven`` but places the blocks of uneven layouts one device along.
 * ``broken-hiding``: stores components rotated by one device, but ``unpack``, ``pack``,
   ``to_numpy`` and ``relayout`` undo the rotation, so every check through the driver's own API
   passes; only the suite's adapter-read oracle sees that the devices hold the wrong blocks.
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import layoutcore as lc
-from layoutcore import Capability, Layout, NumpyDriver, ShardedArray, UnsupportedLayoutError
+from layoutcore import Capability, Layout, NumpyDriver, ShardedArray
 
 
 def _rotate(components: Sequence[np.ndarray], by: int) -> tuple[np.ndarray, ...]:
@@ -47,16 +46,19 @@ class RotatedDriver(NumpyDriver):
 
 
 class UnevenLiarDriver(NumpyDriver):
-    """Claims no uneven support, then returns (correct) data for uneven layouts anyway."""
+    """Claims uneven support, then places uneven layouts' blocks on the wrong devices.
+
+    (The older defect, declaring no uneven capability and skipping the refusal by overriding
+    ``check_layout``, can no longer be written: the front-end's methods are final.)
+    """
 
     name = "broken-uneven"
-    capabilities = frozenset(Capability) - {Capability.UNEVEN, Capability.UNEVEN_MULTI_AXIS}
 
-    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
-        try:
-            return super().check_layout(layout, global_shape)
-        except UnsupportedLayoutError:
-            return layout  # type: ignore[no-any-return]  # the defect: no refusal
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
+        tensor = super().native_distribute(value, layout, devices)
+        if Capability.UNEVEN in lc.required_capabilities(layout, tensor.shape):  # the defect
+            return _with_components(tensor, _rotate(tensor.components, 1))
+        return tensor
 
 
 class HidingDriver(NumpyDriver):

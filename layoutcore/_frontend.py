@@ -1,0 +1,517 @@
+"""The public front-end of every driver, owned by the core.
+
+:class:`Driver` adds the public methods (``distribute_tensor``, ``unpack``, ``pack``,
+``relayout``, ``fetch_layout``, ``copy_to_mesh``, ``to_numpy``, ``call_with_layout``, mesh
+binding, capability checks and variable plumbing) to the plug-in contract of
+:class:`~layoutcore._driver.DriverHooks`. They are ``typing.final``: a subclass that overrides one
+fails at class creation. Each one validates, binds the layout's mesh, checks capabilities, calls
+one hook, and records the layout of the tensor the hook returns.
+
+**Records.** A native sharding cannot tell an abstract mesh from the concrete mesh it was bound
+to, nor two meshes that differ only by name; so the front-end records, for every tensor a
+creating hook returns, the :class:`Layout` it was asked for. The record lives as long as the
+tensor (a weak reference keyed by ``id``; objects that cannot be weakly referenced are not
+recorded), so the table is bounded by the live tensors. ``fetch_layout`` never trusts a record
+blindly: it reads :meth:`~DriverHooks.native_fetch_layout` too and raises ``LayoutcoreError`` where
+the two disagree on anything but the mesh's name and abstractness (which is what the record
+restores). A tensor without record (the output of a framework operation) is mapped back to the
+mesh the user bound to its devices.
+
+**Mesh bindings** (mesh -> devices, and concrete mesh -> the user's mesh) are kept for the
+:data:`MESH_TABLE_SIZE` most recently bound meshes: a loop over thousands of distinct meshes
+costs bounded memory. An evicted binding is recomputed on next use; a tensor *without* record on
+an evicted mesh reads back with its concrete mesh.
+
+All tables are safe to use from many threads (one re-entrant lock guards every write).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Final, final
+
+import numpy as np
+
+from ._capabilities import Capability, required_capabilities
+from ._config import CPU_DEVICES_ENV
+from ._driver import DriverHooks
+from ._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
+from ._layout import Layout
+from ._mesh import Mesh
+
+__all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue"]
+
+#: How many mesh bindings a driver keeps (each a few hundred bytes); the oldest is dropped first.
+MESH_TABLE_SIZE: Final = 1024
+
+
+class HoldsValue:
+    """Base of objects that stand for their current distributed :attr:`value` (``layoutcore.Variable``).
+
+    Every front-end method that takes a tensor takes such an object too, and uses its ``value``;
+    the front-end needs no import of the class that defines it.
+    """
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> Any:
+        """The current native distributed tensor."""
+        raise NotImplementedError
+
+
+class Driver(DriverHooks):
+    """Base class of every driver: the plug-in contract's hooks plus the core's final front-end.
+
+    Subclass it, implement the hooks of :class:`~layoutcore._driver.DriverHooks` (see that module
+    and ``docs/driver-authors.md``), and call ``super().__init__()`` from ``__init__``.
+    """
+
+    def __init__(self) -> None:
+        # Names start with _lc_ so that they cannot collide with a driver's own attributes.
+        self._lc_lock = threading.RLock()
+        self._lc_bound: dict[Mesh, tuple[str, ...]] = {}
+        self._lc_origin: dict[Mesh, Mesh] = {}
+        self._lc_records: dict[int, tuple[weakref.ref[Any], Layout]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = sorted(_FINAL_METHODS.intersection(vars(cls)))
+        if overridden:
+            raise TypeError(
+                f"{cls.__qualname__} overrides {overridden}, which layoutcore.Driver keeps final (validation, "
+                "mesh binding and layout records are the core's); implement the native_* hooks instead."
+            )
+
+    # ==========================================================================================
+    # Mesh binding and capability checks
+    # ==========================================================================================
+    @final
+    def bind_mesh(self, mesh: Mesh) -> tuple[str, ...]:
+        """The devices ``mesh`` runs on here, row-major.
+
+        An abstract mesh takes this driver's first ``mesh.size`` devices.
+
+        Raises:
+            LayoutError: the mesh names a device this driver does not have, or needs more
+                devices than it has (the message says how to get more).
+        """
+        try:
+            return self._lc_bound[mesh]
+        except KeyError:
+            pass
+        available = self.list_devices()
+        hint = f"set {CPU_DEVICES_ENV} (now {len(available)} devices) before the framework starts"
+        if mesh.devices is None:
+            if mesh.size > len(available):
+                raise LayoutError(
+                    f"{mesh} needs {mesh.size} devices but the {self.name} driver has {len(available)}: "
+                    f"{available}; {hint}.",
+                    value=mesh,
+                )
+            devices = tuple(available[: mesh.size])
+        else:
+            known = set(available)
+            missing = [d for d in mesh.devices if d not in known]
+            if missing:
+                raise LayoutError(
+                    f"{mesh!r} names device(s) {missing} that the {self.name} driver does not have "
+                    f"(it has {available}); {hint}.",
+                    value=mesh,
+                )
+            devices = mesh.devices
+        concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
+        with self._lc_lock:
+            bound, origin = self._lc_bound, self._lc_origin
+            if len(bound) >= MESH_TABLE_SIZE:  # drop the oldest binding (dicts keep insertion order)
+                bound.pop(next(iter(bound)), None)
+            if len(origin) >= MESH_TABLE_SIZE:
+                origin.pop(next(iter(origin)), None)
+            bound[mesh] = devices
+            origin.setdefault(concrete, mesh)
+        return devices
+
+    @final
+    def user_mesh(self, concrete: Mesh) -> Mesh:
+        """The mesh the user first bound to ``concrete``'s devices (maybe abstract), else ``concrete``."""
+        return self._lc_origin.get(concrete, concrete)
+
+    @final
+    def forget_meshes(self) -> None:
+        """Drop every mesh binding (a driver whose devices change, e.g. a new torch process group)."""
+        with self._lc_lock:
+            self._lc_bound.clear()
+            self._lc_origin.clear()
+
+    @final
+    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
+        """Validate ``layout`` for a tensor of ``global_shape`` on this driver.
+
+        Hooks whose result shape is known late (``native_call_with_layout``) call it too.
+
+        Raises:
+            LayoutError: not a Layout, no mesh, or the rank differs from the tensor's.
+            UnsupportedLayoutError: the layout needs a capability this driver lacks.
+        """
+        if not isinstance(layout, Layout):
+            raise LayoutError(f"Expected a layoutcore Layout. Received: {layout!r}", value=layout)
+        if layout.mesh is None:
+            raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
+        for capability, why in required_capabilities(layout, global_shape).items():
+            if capability not in self.capabilities:
+                raise UnsupportedLayoutError(
+                    f"The {self.name} driver cannot lay out shape {tuple(global_shape)} by {layout}: {why} "
+                    f"(capability {capability.value!r} not supported by {self.name}).",
+                    driver=self.name,
+                    feature=capability.value,
+                    value=layout,
+                )
+        return layout
+
+    # ==========================================================================================
+    # Layout records
+    # ==========================================================================================
+    @final
+    def recorded_layout(self, tensor: Any) -> Layout | None:
+        """The layout the front-end recorded for this very object, if any (not checked; see
+        :meth:`fetch_layout` for the checked answer)."""
+        entry = self._lc_records.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return None
+        return entry[1]
+
+    @final
+    def _record(self, tensor: Any, layout: Layout) -> Any:
+        """Record that ``tensor`` (a hook's result) has ``layout``; returns ``tensor``."""
+        key = id(tensor)
+        records = self._lc_records
+        entry = records.get(key)
+        if entry is not None and entry[0]() is tensor and (entry[1] is layout or entry[1] == layout):
+            return tensor  # already recorded so: the common case of a no-op relayout
+        lock = self._lc_lock
+
+        def forget(ref: weakref.ref[Any], key: int = key) -> None:
+            with lock:
+                current = records.get(key)
+                if current is not None and current[0] is ref:  # not a newer object that reuses the id
+                    del records[key]
+
+        try:
+            ref = weakref.ref(tensor, forget)
+        except TypeError:  # not weakly referenceable: fetch_layout reads it natively
+            return tensor
+        with lock:
+            records[key] = (ref, layout)
+        return tensor
+
+    @final
+    def _user_layout(self, native: Layout) -> Layout:
+        """A natively read layout on the mesh the user bound to its devices."""
+        return native if native.mesh is None else native.with_mesh(self.user_mesh(native.mesh))
+
+    @final
+    def _require_traced(self, what: str, value: Any) -> None:
+        """Refuse a traced value unless the driver declares :attr:`Capability.TRACED`."""
+        if Capability.TRACED not in self.capabilities:
+            raise UnsupportedLayoutError(
+                f"The {self.name} driver cannot {what} a value inside its framework's compiler "
+                f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function "
+                f"(capability {Capability.TRACED.value!r} not supported by {self.name}).",
+                driver=self.name,
+                feature=Capability.TRACED.value,
+                value=value,
+            )
+
+    @final
+    def _agrees(self, recorded: Layout, native: Layout) -> bool:
+        """Whether ``native`` (a hook's reading, on a concrete mesh) is ``recorded`` up to the
+        mesh's name and abstractness."""
+        if recorded is native:
+            return True
+        if recorded.axes != native.axes:
+            return False
+        mine, theirs = recorded.mesh, native.mesh
+        if mine is None or theirs is None or mine is theirs:
+            return mine is theirs
+        if mine.shape != theirs.shape or mine.axis_names != theirs.axis_names:
+            return False
+        return theirs.devices is None or self.bind_mesh(mine) == theirs.devices
+
+    # ==========================================================================================
+    # Data functions
+    # ==========================================================================================
+    @final
+    def require_distributed(self, value: Any, what: str) -> Any:
+        """Return ``value`` (a Variable's value) if it is this driver's tensor, else raise.
+
+        Raises:
+            NotDistributedError: ``value`` is not a distributed tensor of this driver.
+        """
+        if isinstance(value, HoldsValue):
+            value = value.value
+        if not self.is_distributed(value):
+            raise NotDistributedError(
+                f"{what} needs a distributed tensor of the {self.name} driver. Received: "
+                f"{type(value).__module__}.{type(value).__qualname__}. Distribute it first with "
+                "distribute_tensor(value, layout), or pick its driver with driver=...",
+                value=value,
+            )
+        return value
+
+    @final
+    def distribute_tensor(self, value: Any, layout: Layout) -> Any:
+        """Place a global value by ``layout``; a distributed input (or a Variable) is relaid out.
+
+        Raises:
+            LayoutError, UnsupportedLayoutError: see :meth:`check_layout`.
+        """
+        if isinstance(value, HoldsValue):  # its current value, not the Variable object
+            value = value.value
+        if self.is_distributed(value):
+            return self.relayout(value, layout)
+        if self.is_traced(value):  # a sharding constraint inside the compiler: nothing to record
+            self._require_traced("distribute_tensor", value)
+            self.check_layout(layout, self.shape_of(value))
+            return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+        value = self.prepare_input(value)
+        self.check_layout(layout, self.shape_of(value))
+        result = self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+        return self._record(result, layout)
+
+    @final
+    def copy_to_mesh(self, value: Any, layout: Layout) -> Any:
+        """Copy a value to every device of a *replicated* layout's mesh (as DTensor).
+
+        Raises:
+            LayoutError: the layout shards some axis (use ``distribute_tensor``/``relayout``).
+        """
+        if isinstance(layout, Layout) and not layout.is_fully_replicated():
+            raise LayoutError(
+                f"copy_to_mesh takes a fully replicated layout; {layout} shards an axis. "
+                "Use distribute_tensor, or copy_to_mesh then relayout.",
+                value=layout,
+            )
+        return self.distribute_tensor(value, layout)
+
+    @final
+    def unpack(self, tensor: Any) -> list[Any]:
+        """This process's per-device components of ``tensor``, in row-major mesh order."""
+        return list(self.native_unpack(self.require_distributed(tensor, "unpack")))
+
+    @final
+    def pack(self, components: Sequence[Any], layout: Layout, *, global_shape: Sequence[int] | None = None) -> Any:
+        """The inverse of :meth:`unpack`: one component per (local) device, row-major.
+
+        Args:
+            components: the per-device pieces (arrays, framework tensors, or nested lists, which
+                become NumPy arrays before the hooks see them).
+            layout: their layout.
+            global_shape: the global shape; inferred from the components when omitted.
+
+        Raises:
+            LayoutError: a wrong component count, a component whose rank or shape does not fit
+                the layout, mixed dtypes, or replicas holding different data (naming the devices).
+        """
+        if not isinstance(layout, Layout) or layout.mesh is None:
+            self.check_layout(layout, ())
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        devices = self.bind_mesh(mesh)
+        positions = list(self.local_positions(mesh, devices))
+        # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
+        components = [c if hasattr(c, "shape") and hasattr(c, "dtype") else np.asarray(c) for c in components]
+        if len(components) != len(positions):
+            raise LayoutError(
+                f"pack needs {len(positions)} components for {layout} (one per local device). "
+                f"Received {len(components)}.",
+                value=components,
+            )
+        shapes = [self.shape_of(c) for c in components]
+        for device_pos, shape in zip(positions, shapes, strict=True):
+            if len(shape) != layout.rank:
+                raise LayoutError(
+                    f"Component for device {devices[device_pos]} has rank {len(shape)} (shape {shape}), "
+                    f"but {layout} has rank {layout.rank}.",
+                    value=shape,
+                )
+        dtypes = {str(getattr(c, "dtype", None)) for c in components}
+        if len(dtypes) > 1:
+            raise LayoutError(
+                f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
+            )
+        shape = (
+            _infer_global_shape(layout, positions, shapes)
+            if global_shape is None
+            else layout.check_shape(tuple(int(s) for s in global_shape))
+        )
+        self.check_layout(layout, shape)
+        expected = layout.local_shapes(shape)
+        for device_pos, got in zip(positions, shapes, strict=True):
+            if got != expected[device_pos]:
+                raise LayoutError(
+                    f"Component for device {devices[device_pos]} has shape {got}; {layout} with global shape "
+                    f"{shape} gives it shape {expected[device_pos]}.",
+                    value=got,
+                )
+        self._check_replicas(components, layout, positions, devices)
+        return self._record(self.native_pack(components, layout, devices, shape), layout)
+
+    @final
+    def relayout(self, tensor: Any, layout: Layout) -> Any:
+        """The same global value laid out by ``layout``.
+
+        Raises:
+            LayoutError, UnsupportedLayoutError: see :meth:`check_layout`; also for a move to
+                another mesh without :attr:`Capability.RELAYOUT_ACROSS_MESHES`.
+        """
+        tensor = self.require_distributed(tensor, "relayout")
+        self.check_layout(layout, self.shape_of(tensor))
+        devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
+        if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
+            # The tensor's concrete mesh is the native truth; its name is what the record (or the
+            # mesh the user bound to those devices) says. Fields, not Mesh copies: this runs on every call.
+            mesh: Mesh = layout.mesh  # type: ignore[assignment]
+            source = self.native_mesh(tensor)
+            recorded = self.recorded_layout(tensor)
+            named: Mesh = recorded.mesh if recorded is not None else self.user_mesh(source)  # type: ignore[assignment]
+            source_devices = source.devices if source.devices is not None else self.bind_mesh(source)
+            if (source.shape, source.axis_names, named.name, source_devices) != (
+                mesh.shape,
+                mesh.axis_names,
+                mesh.name,
+                devices,
+            ):
+                raise UnsupportedLayoutError(
+                    f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
+                    f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
+                    driver=self.name,
+                    feature=Capability.RELAYOUT_ACROSS_MESHES.value,
+                    value=layout,
+                )
+        return self._record(self.native_relayout(tensor, layout, devices), layout)
+
+    @final
+    def fetch_layout(self, tensor: Any) -> Layout:
+        """The layout of ``tensor``: the one it was made with, else the one it has.
+
+        The record of a hook's result restores what a native sharding forgets (the mesh's name and
+        abstractness) and is checked against :meth:`native_fetch_layout` on every call. A tensor
+        without record (a framework operation's output) is read natively, on the mesh the user
+        bound to its devices.
+
+        Raises:
+            NotDistributedError: not a distributed tensor of this driver.
+            LayoutcoreError: the record and the native layout disagree (a driver defect).
+            UnsupportedLayoutError: a traced value, and the driver lacks ``Capability.TRACED``.
+        """
+        if isinstance(tensor, HoldsValue):
+            tensor = tensor.value
+        if not self.is_distributed(tensor) and self.is_traced(tensor):
+            self._require_traced("fetch_layout", tensor)
+            return self._user_layout(self.native_fetch_layout(tensor))
+        tensor = self.require_distributed(tensor, "fetch_layout")
+        native = self.native_fetch_layout(tensor)
+        recorded = self.recorded_layout(tensor)
+        if recorded is None:
+            return self._user_layout(native)
+        if not self._agrees(recorded, native):
+            raise LayoutcoreError(
+                f"The {self.name} driver reads {native!r} from a tensor that was made with {recorded!r}: its "
+                "native_fetch_layout is wrong, or the tensor was changed in place behind layoutcore's back.",
+                value=native,
+            )
+        return recorded
+
+    @final
+    def to_numpy(self, tensor: Any) -> np.ndarray:
+        """The global value of ``tensor`` as a NumPy array (any layout)."""
+        return self.native_to_numpy(self.require_distributed(tensor, "to_numpy"))
+
+    @final
+    def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:
+        """Call a tensor-creating ``fn`` and return its result laid out by ``layout``."""
+        if not callable(fn):
+            raise LayoutError(f"call_with_layout needs a callable. Received: {fn!r}", value=fn)
+        if not isinstance(layout, Layout) or layout.mesh is None:
+            self.check_layout(layout, ())
+        result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
+        # A driver bug, not a user error: never hand back a wrongly laid out value. Ask the tensor
+        # itself, not the record the hook's own calls may have left.
+        got = self.native_fetch_layout(self.require_distributed(result, "call_with_layout's result"))
+        if not self._agrees(layout, got):
+            raise LayoutcoreError(f"{self.name} call_with_layout produced {got}, not {layout}.", value=got)
+        return self._record(result, layout)
+
+    # ==========================================================================================
+    # Variable plumbing (used by layoutcore.Variable)
+    # ==========================================================================================
+    @final
+    def make_variable_state(self, value: Any, layout: Layout) -> Any:
+        """A variable's state (:meth:`variable_create`) for a distributed ``value`` laid out by ``layout``."""
+        state = self.variable_create(value, layout)
+        if self.is_distributed(state):  # torch: the nn.Parameter is itself a DTensor
+            self._record(state, layout)
+        return state
+
+    @final
+    def read_variable_state(self, state: Any, layout: Layout) -> Any:
+        """The variable's current distributed value (:meth:`variable_read`), recorded with ``layout``."""
+        return self._record(self.variable_read(state), layout)
+
+    @final
+    def assign_variable_state(self, state: Any, value: Any) -> None:
+        """Store ``value`` (distributed with the variable's layout) in the state (:meth:`variable_assign`)."""
+        self.variable_assign(state, value)
+
+    # ==========================================================================================
+    # Internals
+    # ==========================================================================================
+    @final
+    def _check_replicas(
+        self, components: list[Any], layout: Layout, positions: list[int], devices: tuple[str, ...]
+    ) -> None:
+        blocks = layout.offset_to_shard()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, device_pos in enumerate(positions):
+            groups.setdefault(blocks[device_pos], []).append(index)
+        for block, members in groups.items():
+            if len(members) < 2:
+                continue
+            first = self.component_to_numpy(components[members[0]])
+            equal_nan = first.dtype.kind in "fc"
+            differing = [
+                devices[positions[i]]
+                for i in members[1:]
+                if not np.array_equal(first, self.component_to_numpy(components[i]), equal_nan=equal_nan)
+            ]
+            if differing:
+                raise LayoutError(
+                    f"Replicas of block {block} under {layout} hold different data: device(s) {differing} differ "
+                    f"from device {devices[positions[members[0]]]}. Replicated components must be equal.",
+                    value=differing,
+                )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+#: The front-end methods no driver may override (checked by ``Driver.__init_subclass__``).
+_FINAL_METHODS: Final = frozenset(name for name, member in vars(Driver).items() if getattr(member, "__final__", False))
+
+
+def _infer_global_shape(layout: Layout, positions: list[int], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """Global shape from local component shapes: the sum of the distinct blocks per axis.
+
+    Where some blocks are not local (multi-process), the axis is assumed even; ``pack``
+    then validates every shape against the chunk rule.
+    """
+    blocks = layout.offset_to_shard()
+    result = []
+    for dim in range(layout.rank):
+        sizes: dict[int, int] = {}
+        for device_pos, shape in zip(positions, shapes, strict=True):
+            sizes.setdefault(blocks[device_pos][dim], shape[dim])
+        n = layout.num_shards(dim)
+        result.append(sum(sizes.values()) if len(sizes) == n else max(sizes.values(), default=0) * n)
+    return tuple(result)
