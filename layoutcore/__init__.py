@@ -30,13 +30,16 @@ from ._errors import (
     LayoutError,
     LayoutMismatchError,
     NotDistributedError,
+    UnmatchedPathError,
+    UnmatchedPathWarning,
     UnsupportedLayoutError,
 )
 from ._frontend import Driver
 from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
-from ._layout_map import LayoutMap, current_layout_map, layout_map_scope
+from ._layout_map import LayoutMap, MatchReport, current_layout_map, layout_map_scope
 from ._mesh import DeviceMesh, Mesh, create_mesh
 from ._numpy_driver import NumpyDriver, ShardedArray
+from ._plan import Plan, PlanEntry, RelayoutPlan, Transfer, plan, relayout_plan
 from ._registry import (
     DRIVER_ENV,
     ENTRY_POINT_GROUP,
@@ -75,11 +78,18 @@ __all__ = [
     "LayoutMap",
     "LayoutMismatchError",
     "LayoutcoreError",
+    "MatchReport",
     "Mesh",
     "NotDistributedError",
     "NumpyDriver",
+    "Plan",
+    "PlanEntry",
+    "RelayoutPlan",
     "ShardedArray",
     "TensorLayout",
+    "Transfer",
+    "UnmatchedPathError",
+    "UnmatchedPathWarning",
     "UnsupportedLayoutError",
     "Variable",
     "VariableHandle",
@@ -96,13 +106,15 @@ __all__ = [
     "driver_infos",
     "fetch_layout",
     "geometry",
-    "propagation",
     "get_driver",
     "layout_map_scope",
     "list_devices",
     "pack",
+    "plan",
+    "propagation",
     "register_driver",
     "relayout",
+    "relayout_plan",
     "required_capabilities",
     "set_driver",
     "to_numpy",

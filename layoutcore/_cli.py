@@ -706,6 +706,10 @@ def _build_parser() -> argparse.ArgumentParser:
         usage="layoutcore conformance [-h] [--driver NAME] [PYTEST_ARGS ...]",
     )
     conformance.add_argument("--driver", metavar="NAME", default=argparse.SUPPRESS, help=driver_help)
+
+    from ._render_plan import add_commands  # `plan` and `relayout-plan` (rendering lives there)
+
+    add_commands(command)
     return parser
 
 

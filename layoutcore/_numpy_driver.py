@@ -15,7 +15,6 @@ it is the executable statement of layoutcore's semantics.
 from __future__ import annotations
 
 import functools
-import itertools
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from ._capabilities import Capability
 from ._config import cpu_device_count
 from ._frontend import Driver
 from ._layout import Layout
+from ._plan import Transfer, relayout_transfers
 
 __all__ = ["NumpyDriver", "ShardedArray"]
 
@@ -135,6 +135,24 @@ def _view(array: np.ndarray, index: tuple[slice, ...]) -> np.ndarray:
     return view
 
 
+def _within(rect: tuple[tuple[int, int], ...], block: tuple[tuple[int, int], ...]) -> tuple[slice, ...]:
+    """The global rectangle ``rect`` as slices local to ``block`` (which contains it)."""
+    return tuple(slice(a - start, b - start) for (a, b), (start, _) in zip(rect, block, strict=True))
+
+
+def _slices(bounds: tuple[tuple[int, int], ...]) -> tuple[slice, ...]:
+    return tuple(slice(a, b) for a, b in bounds)
+
+
+def _overlaps(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    return all(max(x0, y0) < min(x1, y1) for (x0, x1), (y0, y1) in zip(a, b, strict=True))
+
+
+def _send(piece: np.ndarray) -> np.ndarray:
+    """The simulated wire between two devices: every element a relayout moves passes here once."""
+    return piece
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
@@ -206,54 +224,52 @@ class NumpyDriver(Driver):
         return ShardedArray(arrays, layout, global_shape, arrays[0].dtype, devices)
 
     def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
-        if tensor.layout == layout:
+        """Execute exactly :func:`layoutcore.relayout_plan`'s transfers (H7).
+
+        Each device keeps what it already holds of its new block (a view when that is all of it)
+        and receives the rest as the plan's rectangles, each through :func:`_send`; devices are
+        matched by name across meshes.
+        """
+        if tensor.layout == layout and tensor.devices == devices:
             return tensor
         shape = tensor.shape
+        transfers, _, _ = relayout_transfers(
+            tensor.layout, layout, shape, tensor.dtype.itemsize, tensor.devices, devices
+        )
+        incoming: dict[int, list[Transfer]] = {}
+        for transfer in transfers:
+            incoming.setdefault(transfer.dst, []).append(transfer)
         source_bounds = _bounds(tensor.layout, shape)
-        source_first = _distinct_blocks(tensor.layout)
-        source_counts = [tensor.layout.num_shards(d) for d in range(len(shape))]
-        built: dict[tuple[int, ...], np.ndarray] = {}
+        held_at = {device: position for position, device in enumerate(tensor.devices)}
         components = []
-        for position, block in enumerate(layout.offset_to_shard()):
-            if block not in built:
-                target = _bounds(layout, shape)[position]
-                built[block] = self._build_block(tensor, target, source_bounds, source_first, source_counts)
-            components.append(built[block])
+        for position, target in enumerate(_bounds(layout, shape)):
+            held = held_at.get(devices[position])
+            received = incoming.get(position, ())
+            if held is not None and not received and all(b > a for a, b in target):  # all of it held: a view
+                components.append(_readonly(_view(tensor.components[held], _within(target, source_bounds[held]))))
+                continue
+            if (
+                len(received) == 1
+                and received[0].index == _slices(target)
+                and (held is None or not _overlaps(target, source_bounds[held]))
+            ):  # one rectangle is all of the block: the received piece itself (read-only, so shareable)
+                rect = tuple((s.start, s.stop) for s in received[0].index)
+                piece = _view(tensor.components[received[0].src], _within(rect, source_bounds[received[0].src]))
+                components.append(_readonly(_send(piece)))
+                continue
+            out = np.empty(tuple(b - a for a, b in target), dtype=tensor.dtype)
+            if held is not None:  # what the device keeps: a local copy, not a transfer
+                keep = tuple(
+                    (max(a, sa), min(b, sb)) for (a, b), (sa, sb) in zip(target, source_bounds[held], strict=True)
+                )
+                if all(b > a for a, b in keep):
+                    out[_within(keep, target)] = _view(tensor.components[held], _within(keep, source_bounds[held]))
+            for transfer in received:
+                rect = tuple((s.start, s.stop) for s in transfer.index)
+                piece = _view(tensor.components[transfer.src], _within(rect, source_bounds[transfer.src]))
+                out[_within(rect, target)] = _send(piece)
+            components.append(_readonly(out))  # an empty block (chunk rule) lands here too, with its exact shape
         return ShardedArray(tuple(components), layout, shape, tensor.dtype, devices)
-
-    @staticmethod
-    def _build_block(
-        tensor: ShardedArray,
-        target: tuple[tuple[int, int], ...],
-        source_bounds: tuple[tuple[tuple[int, int], ...], ...],
-        source_first: dict[tuple[int, ...], int],
-        source_counts: list[int],
-    ) -> np.ndarray:
-        """One destination block from the source blocks overlapping ``target``."""
-        shape = tensor.shape
-        # Per axis, the source block indices whose chunk overlaps the target interval.
-        candidates = []
-        for (start, stop), size, count in zip(target, shape, source_counts, strict=True):
-            chunk = -(-size // count) if count else 0
-            if stop <= start or chunk == 0:
-                candidates.append([0])
-            else:
-                candidates.append(list(range(start // chunk, (stop - 1) // chunk + 1)))
-        pieces = []
-        for block in itertools.product(*candidates):
-            position = source_first[block]
-            bounds = source_bounds[position]
-            local = tuple(
-                slice(max(a, sa) - sa, min(b, sb) - sa) for (a, b), (sa, sb) in zip(target, bounds, strict=True)
-            )
-            dest = tuple(slice(max(a, sa) - a, min(b, sb) - a) for (a, b), (sa, sb) in zip(target, bounds, strict=True))
-            pieces.append((dest, _view(tensor.components[position], local)))
-        if len(pieces) == 1:
-            return pieces[0][1]  # one source block covers it: a view, no copy
-        out = np.empty(tuple(b - a for a, b in target), dtype=tensor.dtype)
-        for dest, piece in pieces:
-            out[dest] = piece
-        return _readonly(out)
 
     def native_fetch_layout(self, tensor: ShardedArray) -> Layout:
         return tensor.layout
