@@ -1,0 +1,339 @@
+"""keras 3 bridge: layoutcore meshes, layouts and maps as ``keras.distribution`` values (DESIGN §6).
+
+Importing this module imports neither keras nor any framework; keras (and, for
+:class:`ModelParallel`, layoutcore's driver for the keras backend) is imported on first use.
+
+* :func:`to_keras_mesh`, :func:`to_keras_layout`: value conversions, refused with
+  :class:`~layoutcore.UnsupportedLayoutError` where keras cannot express a layout (a tensor axis
+  over several mesh axes: keras' ``TensorLayout`` rejects tuple entries).
+* :func:`to_keras_layout_map`: a ``keras.distribution.LayoutMap`` that gives every path the answer
+  the layoutcore map gives, under the *installed* keras' own match rule (``re.fullmatch`` from keras
+  3.14, ``re.search`` before), by rewriting patterns where the rules differ.
+* ``ModelParallel(layout_map, *, batch_dim_name=None)``: a ``keras.distribution.Distribution`` that
+  gives each keras variable ``layout_map.layout_for(variable.path, variable.shape)``, as the
+  layoutcore map itself answers (its match rule, multi-axis entries included), on the JAX backend.
+
+Start-up order: JAX fixes its CPU device count when it first runs an operation. Build the mesh's
+driver (``ModelParallel(...)``, ``to_keras_mesh(...)`` or ``layoutcore.get_driver("jax")``) before
+any keras operation, or set ``JAX_NUM_CPU_DEVICES`` in the environment; otherwise a mesh larger
+than JAX's devices is refused with a :class:`~layoutcore.LayoutError` that says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._errors import LayoutError, UnsupportedLayoutError
+from ._layout import Layout
+from ._layout_map import LayoutMap
+from ._mesh import Mesh
+
+__all__ = ["ModelParallel", "keras_match_rule", "to_keras_layout", "to_keras_layout_map", "to_keras_mesh"]
+
+KerasMatch = Literal["search", "fullmatch", "match"]
+_DRIVERS = {"jax": "jax", "tensorflow": "tensorflow"}  # keras backend -> layoutcore driver
+
+
+def _keras() -> Any:
+    try:
+        import keras
+    except ImportError as exc:
+        from ._errors import DriverUnavailableError
+
+        raise DriverUnavailableError(
+            f"layoutcore.keras needs keras 3 ({exc}); install it with: pip install 'keras>=3'",
+            driver="keras",
+            install="pip install 'keras>=3'",
+        ) from exc
+    return keras
+
+
+def _backend_driver(what: str) -> Any:
+    """layoutcore's driver for the running keras backend (it binds abstract meshes to devices)."""
+    from ._registry import get_driver
+
+    backend = _keras().backend.backend()
+    name = _DRIVERS.get(backend)
+    if name is None:
+        raise UnsupportedLayoutError(
+            f"{what} needs a keras backend with distribution support (jax; tensorflow for values only); "
+            f"keras runs on {backend!r}. Set KERAS_BACKEND=jax before importing keras.",
+            driver="keras",
+            feature=f"backend:{backend}",
+            value=backend,
+        )
+    return get_driver(name)
+
+
+def _bind(mesh: Mesh, driver: Any) -> tuple[str, ...]:
+    """The devices ``mesh`` uses on ``driver``; a mesh too big for a JAX that keras started first says so."""
+    try:
+        return driver.bind_mesh(mesh)  # type: ignore[no-any-return]
+    except LayoutError as exc:
+        if driver.name != "jax" or (mesh.devices is not None and not mesh.devices[0].upper().startswith("CPU")):
+            raise
+        raise LayoutError(
+            f"{exc} If keras (or any JAX operation) ran before layoutcore's JAX driver started, JAX came up with "
+            "its default device count. Create the ModelParallel / call layoutcore.get_driver('jax') before any "
+            "keras operation, or set JAX_NUM_CPU_DEVICES (or LAYOUTCORE_CPU_DEVICES) before starting Python.",
+            value=mesh,
+        ) from None
+
+
+def to_keras_mesh(mesh: Mesh) -> Any:
+    """The ``keras.distribution.DeviceMesh`` of ``mesh``: same shape, axis names and devices, row-major.
+
+    An abstract mesh is bound to devices by layoutcore's driver for the keras backend (its first
+    ``mesh.size`` devices). Device names are written as keras writes them (``"cpu:0"``).
+
+    Raises:
+        LayoutError: ``mesh`` is not a Mesh, or names more/other devices than the backend has.
+        UnsupportedLayoutError: the keras backend has no layoutcore driver (torch, numpy).
+    """
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"to_keras_mesh expects a layoutcore Mesh. Received: {mesh!r}", value=mesh)
+    devices = _bind(mesh, _backend_driver("to_keras_mesh"))
+    return _keras_mesh(mesh.shape, mesh.axis_names, devices)
+
+
+@functools.lru_cache(maxsize=256)
+def _keras_mesh(shape: tuple[int, ...], axis_names: tuple[str, ...], devices: tuple[str, ...]) -> Any:
+    # keras names devices "<platform>:<id>"; layoutcore's canonical names are "<TYPE>:<id>".
+    names = [d.rsplit("/device:", 1)[-1].lower() for d in devices]
+    return _keras().distribution.DeviceMesh(shape=shape, axis_names=list(axis_names), devices=names)
+
+
+def _axes_for_keras(layout: Layout, what: str) -> tuple[str | None, ...]:
+    multi = [(dim, axis) for dim, axis in enumerate(layout.axes) if isinstance(axis, tuple)]
+    if multi:
+        dim, axis = multi[0]
+        raise UnsupportedLayoutError(
+            f"{what}: keras' TensorLayout cannot split one tensor axis over several mesh axes; {layout} splits "
+            f"axis {dim} over {axis}. Use layoutcore.keras.ModelParallel (JAX backend), which can.",
+            driver="keras",
+            feature="multi_axis",
+            value=layout,
+        )
+    return layout.axes  # type: ignore[return-value]
+
+
+def to_keras_layout(layout: Layout) -> Any:
+    """The ``keras.distribution.TensorLayout`` of ``layout`` (on :func:`to_keras_mesh` of its mesh, if any).
+
+    Raises:
+        LayoutError: ``layout`` is not a Layout.
+        UnsupportedLayoutError: an entry names several mesh axes (keras' TensorLayout rejects it).
+    """
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"to_keras_layout expects a layoutcore Layout. Received: {layout!r}", value=layout)
+    axes = _axes_for_keras(layout, "to_keras_layout")
+    mesh = None if layout.mesh is None else to_keras_mesh(layout.mesh)
+    return _keras().distribution.TensorLayout(axes, device_mesh=mesh)
+
+
+@functools.lru_cache(maxsize=1)
+def keras_match_rule() -> KerasMatch:
+    """How the installed keras' ``LayoutMap`` tries a pattern against a path, measured on keras itself.
+
+    ``"fullmatch"`` (keras >= 3.14), ``"search"`` (keras 3.0 to 3.13) or ``"match"``.
+    """
+    probe = _keras().distribution.LayoutMap(None)  # no mesh: nothing is started
+    probe["b"] = (None,)
+    if probe["abc"] is not None:
+        return "search"
+    if probe["bc"] is not None:
+        return "match"
+    return "fullmatch"
+
+
+_ANY = "(?s:.*)"  # any string, newlines included, whatever flags the pattern sets
+
+
+def _whole(pattern: str, mode: str) -> str:
+    """A regex that matches a whole path exactly when ``pattern`` matches it under ``mode``."""
+    if mode == "fullmatch":
+        return f"(?:{pattern})"
+    if mode == "match":
+        return f"(?:{pattern}){_ANY}"
+    return f"{_ANY}(?:{pattern}){_ANY}"
+
+
+def to_keras_layout_map(layout_map: LayoutMap) -> Any:
+    """A ``keras.distribution.LayoutMap`` giving every path the layoutcore map's answer under keras' own rule.
+
+    Where the installed keras matches patterns as the map does and nothing else differs, the
+    patterns are copied unchanged. Otherwise each pattern is rewritten into one that matches,
+    under keras' rule, exactly the paths the map gives its layout: the map's match mode (search,
+    match, fullmatch) is made explicit with ``\\A``/``\\Z`` and ``(?s:.*)``; a key that another
+    pattern would also match keeps its exact-key priority through a negative lookahead on the
+    other patterns; ``on_multiple="first"`` excludes every earlier pattern's paths from a later one.
+    Paths that several patterns match still raise (keras' ``ValueError``, as the map's
+    ``AmbiguousLayoutError``). Every rewritten pattern is compiled before it is used.
+
+    Raises:
+        LayoutError: not a LayoutMap, or a pattern cannot be rewritten (its inline global flags, e.g.
+            ``(?i)``, cannot move inside a group); the message names it.
+        UnsupportedLayoutError: a layout keras cannot express (a multi-axis entry).
+    """
+    if not isinstance(layout_map, LayoutMap):
+        raise LayoutError(
+            f"to_keras_layout_map expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map
+        )
+    keras = _keras()
+    rule = keras_match_rule()
+    mode = layout_map.match
+    first = layout_map.on_multiple == "first"
+    matchers = {p: getattr(re.compile(p), mode) for p in layout_map}
+    keys = list(layout_map)
+    out = keras.distribution.LayoutMap(None if layout_map.mesh is None else to_keras_mesh(layout_map.mesh))
+    for index, pattern in enumerate(keys):
+        layout = layout_map[pattern]
+        assert layout is not None
+        axes = _axes_for_keras(layout, f"to_keras_layout_map (pattern {pattern!r})")
+        # Literal keys of other entries that this pattern would also match: those paths go to their own key.
+        shadowed = [k for k in keys if k != pattern and matchers[pattern](k)]
+        own_literal = not matchers[pattern](pattern)  # the exact key itself must still find this entry
+        earlier = keys[:index] if first else []
+        if rule == mode and not shadowed and not own_literal and not earlier:
+            translated = pattern
+        else:
+            guards = "".join(f"(?!{re.escape(k)}\\Z)" for k in shadowed)
+            guards += "".join(f"(?!{_whole(p, mode)}\\Z)" for p in earlier)
+            body = f"{guards}{_whole(pattern, mode)}"
+            if own_literal:
+                body = f"{re.escape(pattern)}|{body}"
+            # A whole-path regex works under fullmatch as it is; search and match need both anchors.
+            translated = f"(?:{body})" if rule == "fullmatch" else f"\\A(?:{body})\\Z"
+            try:
+                re.compile(translated)
+            except re.error as exc:
+                raise LayoutError(
+                    f"to_keras_layout_map cannot rewrite pattern {pattern!r} for keras' {rule} rule ({exc}); "
+                    "move inline flags such as (?i) into a scoped group, e.g. '(?i:dense)/kernel'.",
+                    value=pattern,
+                ) from None
+        out[translated] = keras.distribution.TensorLayout(axes)
+    return out
+
+
+def _model_parallel_class() -> type:
+    keras = _keras()
+
+    base = keras.distribution.ModelParallel
+
+    # A subclass of keras' public ModelParallel (keras checks isinstance on it), initialised as its base
+    # Distribution: keras' own __init__ takes only a keras LayoutMap.
+    class ModelParallel(base):  # type: ignore[misc,valid-type]
+        """A keras ModelParallel laying out each variable by a layoutcore :class:`~layoutcore.LayoutMap`.
+
+        A keras variable at ``variable.path`` gets ``layout_map.layout_for(variable.path,
+        variable.shape)``: the map's own match rule and ``on_multiple``, multi-axis entries included,
+        replicated where nothing matches; optimizer slots take their variable's layout (keras copies
+        it). Input batches are split over ``batch_dim_name`` (default: the mesh's first axis); a
+        layer output at ``"<layer path>/output"`` is constrained where the map has an entry for it.
+
+        Args:
+            layout_map: a layoutcore LayoutMap with a mesh.
+            batch_dim_name: the mesh axis the batch is split over.
+            auto_shard_dataset: as keras' ``ModelParallel``.
+
+        Raises:
+            LayoutError: not a LayoutMap, no mesh, an unknown batch axis, or a mesh larger than JAX's
+                devices (the message says how to get more).
+            UnsupportedLayoutError: the keras backend is not JAX.
+        """
+
+        def __init__(
+            self, layout_map: LayoutMap, *, batch_dim_name: str | None = None, auto_shard_dataset: bool = True
+        ) -> None:
+            if not isinstance(layout_map, LayoutMap):
+                raise LayoutError(
+                    f"ModelParallel expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map
+                )
+            if layout_map.mesh is None:
+                raise LayoutError("ModelParallel needs a LayoutMap with a mesh: LayoutMap(mesh).", value=layout_map)
+            backend = keras.backend.backend()
+            if backend != "jax":
+                raise UnsupportedLayoutError(
+                    f"layoutcore.keras.ModelParallel lays out variables on keras' JAX backend; keras runs on "
+                    f"{backend!r} (its TensorFlow distribution is a prototype, torch has none). "
+                    "Set KERAS_BACKEND=jax before importing keras.",
+                    driver="keras",
+                    feature=f"backend:{backend}",
+                    value=backend,
+                )
+            mesh = layout_map.mesh
+            if batch_dim_name is None:
+                batch_dim_name = mesh.axis_names[0]
+            elif batch_dim_name not in mesh.axis_names:
+                raise LayoutError(
+                    f"batch_dim_name must be an axis of {mesh}. Received: {batch_dim_name!r}", value=batch_dim_name
+                )
+            self._driver = _backend_driver("ModelParallel")
+            _bind(mesh, self._driver)
+            super(base, self).__init__(to_keras_mesh(mesh), batch_dim_name, auto_shard_dataset)
+            self._layoutcore_map = layout_map
+            self._layout_map = None  # keras' own map: unused, every lookup below goes to layoutcore's
+            replicas = mesh.axis_size(batch_dim_name)
+            if self._is_multi_process and self.num_processes > replicas and self.num_processes % replicas:
+                raise LayoutError(
+                    f"With {self.num_processes} processes, the batch axis {batch_dim_name!r} (size {replicas}) must "
+                    "divide the process count (keras' rule for sharding the dataset).",
+                    value=batch_dim_name,
+                )
+
+        @property
+        def layout_map(self) -> LayoutMap:
+            """The layoutcore map."""
+            return self._layoutcore_map
+
+        @property
+        def num_model_replicas(self) -> int:
+            return self._layoutcore_map.mesh.axis_size(self.batch_dim_name)  # type: ignore[union-attr]
+
+        def layout_for(self, path: str, shape: Any) -> Layout:
+            """The layoutcore layout a keras variable at ``path`` with ``shape`` gets."""
+            shape = tuple(int(s) for s in shape)
+            layout = self._layoutcore_map.layout_for(path, shape, kind="keras variable")
+            self._driver.check_layout(layout, shape)  # uneven dims: layoutcore's typed refusal
+            return layout
+
+        def get_data_layout(self, data_shape: Any) -> Any:
+            axes = [self.batch_dim_name] + [None] * (len(data_shape) - 1)
+            return keras.distribution.TensorLayout(axes, self.device_mesh)
+
+        def get_variable_layout(self, variable: Any) -> Any:
+            if getattr(variable, "_layout", None) is not None:  # keras' rule: an explicit layout stands
+                return variable._layout
+            # A NamedSharding, which keras' JAX backend takes as a layout: it can hold multi-axis entries.
+            return self._driver.named_sharding(self.layout_for(variable.path, variable.shape))
+
+        def get_tensor_layout(self, path: str) -> Any:
+            layout = self._layoutcore_map.get(path)
+            return None if layout is None else self._driver.named_sharding(layout)
+
+        def __repr__(self) -> str:
+            return (
+                f"<layoutcore.keras.ModelParallel mesh={self._layoutcore_map.mesh!r}, "
+                f"batch_dim_name={self.batch_dim_name!r}, {len(self._layoutcore_map)} entries>"
+            )
+
+    ModelParallel.__module__ = __name__
+    ModelParallel.__qualname__ = "ModelParallel"
+    return ModelParallel
+
+
+if TYPE_CHECKING:
+    ModelParallel: Any
+
+
+def __getattr__(name: str) -> Any:
+    # ModelParallel subclasses keras' Distribution, so it is built (and keras imported) on first use.
+    if name == "ModelParallel":
+        cls = _model_parallel_class()
+        setattr(sys.modules[__name__], name, cls)
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
