@@ -1,4 +1,4 @@
-"""Module-level data functions: each dispatches to ``driver=`` or the active driver."""
+"""Module-level data functions: each dispatches to ``driver=``, the active driver, or (for those that take a distributed tensor) the value's own driver."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from ._frontend import Driver
 from ._layout import Layout
-from ._registry import get_driver
+from ._registry import driver_for, get_driver
 
 __all__ = [
     "call_with_layout",
@@ -47,7 +47,7 @@ def distribute_tensor(value: Any, layout: Layout, *, driver: DriverArg = None) -
 def unpack(tensor: Any, *, driver: DriverArg = None) -> list[Any]:
     """The per-device components of ``tensor``, in row-major mesh order (local ones only,
     in a multi-process run)."""
-    return get_driver(driver).unpack(tensor)
+    return driver_for(tensor, driver).unpack(tensor)
 
 
 def pack(
@@ -64,12 +64,12 @@ def pack(
 
 def relayout(tensor: Any, layout: Layout, *, driver: DriverArg = None) -> Any:
     """The same global value with another layout."""
-    return get_driver(driver).relayout(tensor, layout)
+    return driver_for(tensor, driver).relayout(tensor, layout)
 
 
 def fetch_layout(tensor: Any, *, driver: DriverArg = None) -> Layout:
     """The :class:`Layout` of ``tensor``, equal to the one it was made with."""
-    return get_driver(driver).fetch_layout(tensor)
+    return driver_for(tensor, driver).fetch_layout(tensor)
 
 
 def copy_to_mesh(value: Any, layout: Layout, *, driver: DriverArg = None) -> Any:
@@ -79,7 +79,7 @@ def copy_to_mesh(value: Any, layout: Layout, *, driver: DriverArg = None) -> Any
 
 def to_numpy(tensor: Any, *, driver: DriverArg = None) -> np.ndarray:
     """The global value of ``tensor`` as a NumPy array, for any layout."""
-    return get_driver(driver).to_numpy(tensor)
+    return driver_for(tensor, driver).to_numpy(tensor)
 
 
 def call_with_layout(

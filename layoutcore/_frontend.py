@@ -27,6 +27,7 @@ All tables are safe to use from many threads (one re-entrant lock guards every w
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -226,11 +227,12 @@ class Driver(DriverHooks):
 
     @final
     def _agrees(self, recorded: Layout, native: Layout) -> bool:
-        """Whether ``native`` (a hook's reading, on a concrete mesh) is ``recorded`` up to the
-        mesh's name and abstractness."""
+        """Whether ``native`` (a hook's reading, on a concrete mesh) places data as ``recorded``
+        does: the same mesh up to its name and abstractness, and the same axes up to mesh axes
+        of size 1 (which split nothing; TF reads them back as unsharded)."""
         if recorded is native:
             return True
-        if recorded.axes != native.axes:
+        if recorded.axes != native.axes and _placement(recorded) != _placement(native):
             return False
         mine, theirs = recorded.mesh, native.mesh
         if mine is None or theirs is None or mine is theirs:
@@ -275,10 +277,31 @@ class Driver(DriverHooks):
             self._require_traced("distribute_tensor", value)
             self.check_layout(layout, self.shape_of(value))
             return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
-        value = self.prepare_input(value)
+        value = self._global_value(value, "distribute_tensor")
         self.check_layout(layout, self.shape_of(value))
         result = self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
         return self._record(result, layout)
+
+    @final
+    def _global_value(self, value: Any, what: str) -> Any:
+        """:meth:`prepare_input`, after refusing what is no array (a dict, ragged lists, None).
+
+        Raises:
+            LayoutError: ``value`` cannot be one array (named in the message).
+        """
+        if value is None or isinstance(value, dict | set | frozenset | str | bytes):
+            raise LayoutError(
+                f"{what} needs an array, a framework tensor or a nested list of numbers. "
+                f"Received: {_short(value)} ({type(value).__name__})",
+                value=value,
+            )
+        try:
+            prepared = self.prepare_input(value)
+        except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
+            raise LayoutError(f"{what} cannot make one array of {_short(value)}: {exc}", value=value) from None
+        if getattr(prepared, "dtype", None) == np.dtype(object):
+            raise LayoutError(f"{what} needs numbers; {_short(value)} becomes an array of Python objects.", value=value)
+        return prepared
 
     @final
     def copy_to_mesh(self, value: Any, layout: Layout) -> Any:
@@ -316,11 +339,20 @@ class Driver(DriverHooks):
         """
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
+        if components is None or isinstance(components, dict | set | str | bytes) or not hasattr(components, "__len__"):
+            raise LayoutError(
+                f"pack needs a sequence of per-device components. Received: {_short(components)} "
+                f"({type(components).__name__})",
+                value=components,
+            )
+        given_shape = None if global_shape is None else _shape_argument(global_shape)
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         devices = self.bind_mesh(mesh)
         positions = list(self.local_positions(mesh, devices))
         # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
-        components = [c if hasattr(c, "shape") and hasattr(c, "dtype") else np.asarray(c) for c in components]
+        components = [
+            c if hasattr(c, "shape") and hasattr(c, "dtype") else self._global_value(c, "pack") for c in components
+        ]
         if len(components) != len(positions):
             raise LayoutError(
                 f"pack needs {len(positions)} components for {layout} (one per local device). "
@@ -335,37 +367,48 @@ class Driver(DriverHooks):
                     f"but {layout} has rank {layout.rank}.",
                     value=shape,
                 )
-        dtypes = {str(getattr(c, "dtype", None)) for c in components}
+        # Framework and NumPy components mix: compare dtypes by NumPy's name for them.
+        dtypes = {dtype_name(getattr(c, "dtype", None)) for c in components}
         if len(dtypes) > 1:
             raise LayoutError(
                 f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
             )
-        shape = (
-            _infer_global_shape(layout, positions, shapes)
-            if global_shape is None
-            else layout.check_shape(tuple(int(s) for s in global_shape))
-        )
-        self.check_layout(layout, shape)
+        shape = _infer_global_shape(layout, positions, shapes) if given_shape is None else given_shape
+        layout.check_shape(shape)
+        # Each component against the chunk rule first: a component of the wrong shape is the
+        # user's error to name, before any capability question about the (wrong) global shape.
         expected = layout.local_shapes(shape)
-        for device_pos, got in zip(positions, shapes, strict=True):
+        for index, (device_pos, got) in enumerate(zip(positions, shapes, strict=True)):
             if got != expected[device_pos]:
                 raise LayoutError(
-                    f"Component for device {devices[device_pos]} has shape {got}; {layout} with global shape "
+                    f"Component {index} (device {devices[device_pos]}) has shape {got}; {layout} with global shape "
                     f"{shape} gives it shape {expected[device_pos]}.",
                     value=got,
                 )
-        self._check_replicas(components, layout, positions, devices)
+        self.check_layout(layout, shape)
+        if not any(self.is_traced(c) for c in components):
+            self._check_replicas(components, layout, positions, devices)
         return self._record(self.native_pack(components, layout, devices, shape), layout)
 
     @final
     def relayout(self, tensor: Any, layout: Layout) -> Any:
         """The same global value laid out by ``layout``.
 
+        A value that is not a distributed tensor (a NumPy array, a framework tensor, a nested
+        list, a traced value) is placed as :meth:`distribute_tensor` places it (DESIGN §2a, as
+        TF's ``dtensor.relayout`` does).
+
         Raises:
             LayoutError, UnsupportedLayoutError: see :meth:`check_layout`; also for a move to
                 another mesh without :attr:`Capability.RELAYOUT_ACROSS_MESHES`.
+            LayoutcoreError: the driver handed back the input object itself for a layout that
+                differs from the input's (a driver defect: one object cannot answer
+                ``fetch_layout`` for two layouts).
         """
-        tensor = self.require_distributed(tensor, "relayout")
+        if isinstance(tensor, HoldsValue):
+            tensor = tensor.value
+        if not self.is_distributed(tensor):
+            return self.distribute_tensor(tensor, layout)
         self.check_layout(layout, self.shape_of(tensor))
         devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
@@ -389,7 +432,18 @@ class Driver(DriverHooks):
                     feature=Capability.RELAYOUT_ACROSS_MESHES.value,
                     value=layout,
                 )
-        return self._record(self.native_relayout(tensor, layout, devices), layout)
+        result = self.native_relayout(tensor, layout, devices)
+        if result is tensor:
+            # The same object back: fine where it already has ``layout``. Where it differs only in
+            # what the record restores (a mesh's name), the other handle's answer would change.
+            before = self.recorded_layout(tensor) or self._user_layout(self.native_fetch_layout(tensor))
+            if before != layout:
+                raise LayoutcoreError(
+                    f"The {self.name} driver's native_relayout returned its input, laid out as {before!r}, for "
+                    f"{layout!r}; a driver must return a new tensor object there.",
+                    value=layout,
+                )
+        return self._record(result, layout)
 
     @final
     def fetch_layout(self, tensor: Any) -> Layout:
@@ -479,11 +533,10 @@ class Driver(DriverHooks):
             if len(members) < 2:
                 continue
             first = self.component_to_numpy(components[members[0]])
-            equal_nan = first.dtype.kind in "fc"
             differing = [
                 devices[positions[i]]
                 for i in members[1:]
-                if not np.array_equal(first, self.component_to_numpy(components[i]), equal_nan=equal_nan)
+                if not _same_data(first, self.component_to_numpy(components[i]))
             ]
             if differing:
                 raise LayoutError(
@@ -498,6 +551,58 @@ class Driver(DriverHooks):
 
 #: The front-end methods no driver may override (checked by ``Driver.__init_subclass__``).
 _FINAL_METHODS: Final = frozenset(name for name, member in vars(Driver).items() if getattr(member, "__final__", False))
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
+    """Per tensor axis, the mesh axes of size > 1 it is split over (what places data)."""
+    mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
+
+
+def dtype_name(dtype: Any) -> str:
+    """NumPy's name for a framework's dtype object (``tf.float32``, ``torch.float32``,
+    ``jnp.bfloat16`` -> ``"float32"``, ``"float32"``, ``"bfloat16"``); ``str(dtype)`` where NumPy
+    has none."""
+    dtype = getattr(dtype, "as_numpy_dtype", dtype)  # TF DType
+    try:
+        return str(np.dtype(dtype).name)
+    except TypeError:
+        text = str(dtype)
+        return text.removeprefix("torch.")
+
+
+def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
+    """Replica equality: equal shapes and values, a NaN equal to a NaN in every float kind
+    (ml_dtypes' bfloat16 and float8 included, whose dtype kind is ``"V"``)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    try:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    except TypeError:  # no NaN in this dtype (integers, bools, strings, structured): plain equality
+        return bool(np.array_equal(a, b))
+
+
+def _shape_argument(global_shape: Any) -> tuple[int, ...]:
+    """``global_shape=`` as a tuple of ints.
+
+    Raises:
+        LayoutError: not a sequence of non-negative integers (naming it).
+    """
+    try:
+        shape = tuple(global_shape)
+        if all(isinstance(s, int | np.integer) and not isinstance(s, bool) and s >= 0 for s in shape):
+            return tuple(int(s) for s in shape)
+    except TypeError:
+        pass
+    raise LayoutError(
+        f"global_shape must be a sequence of non-negative ints. Received: {global_shape!r}", value=global_shape
+    )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _infer_global_shape(layout: Layout, positions: list[int], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:

@@ -1,8 +1,10 @@
 """Driver discovery (``layoutcore.drivers`` entry points) and selection.
 
 Selection, first that applies: an explicit ``driver=`` argument, :func:`use_driver` (per
-thread and task), :func:`set_driver`, the ``LAYOUTCORE_DRIVER`` environment variable, else
-``"numpy"``. Nothing is resolved at import time.
+thread and task), :func:`set_driver`, then, for the functions that take a distributed tensor
+(``unpack``, ``relayout``, ``fetch_layout``, ``to_numpy``, ``Variable``), the driver whose native
+tensor the value is (:func:`driver_for`), then the ``LAYOUTCORE_DRIVER`` environment variable,
+else ``"numpy"``. Nothing is resolved at import time.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._capabilities import Capability
 from ._config import ConfigurationError
 from ._errors import DriverNotFoundError, DriverUnavailableError
-from ._frontend import Driver
+from ._frontend import Driver, HoldsValue
 
 if TYPE_CHECKING:  # importlib.metadata costs ~30 ms (email, pathlib, ...): loaded on first discovery only
     from importlib.metadata import EntryPoint
@@ -31,6 +33,7 @@ __all__ = [
     "DriverInfo",
     "active_driver_name",
     "available_drivers",
+    "driver_for",
     "driver_infos",
     "get_driver",
     "register_driver",
@@ -56,6 +59,9 @@ _lock = threading.RLock()
 _factories: dict[str, DriverFactory | EntryPoint] | None = None
 _instances: dict[str, Driver] = {}
 _global_choice: str | None = None
+#: Type of a value -> the registered driver whose ``native_types`` name it (or a base), or None.
+#: Bounded by the number of distinct types passed in; cleared when a driver is registered.
+_by_type: dict[type, str | None] = {}
 _context_choice: contextvars.ContextVar[str | None] = contextvars.ContextVar("layoutcore_driver", default=None)
 
 
@@ -96,22 +102,36 @@ def register_driver(name: str, factory: DriverFactory, *, replace: bool = False)
             )
         factories[name] = factory
         _instances.pop(name, None)
+        _by_type.clear()
 
 
 def _installed_names() -> tuple[str, ...]:
     return tuple(sorted(_discover()))
 
 
+def _usable_names() -> tuple[str, ...]:
+    """Registered names whose class loads and whose required modules are present."""
+    usable = []
+    for name in sorted(_discover()):
+        try:
+            factory = _load_class(name)
+        except DriverUnavailableError:
+            continue
+        if not _missing_requirements(factory):
+            usable.append(name)
+    return tuple(usable)
+
+
 def _load_class(name: str) -> DriverFactory:
     factories = _discover()
     if name not in factories:
-        installed = _installed_names()
         if name in KNOWN_DRIVERS:
             raise DriverUnavailableError(
                 f"The {name!r} driver is not installed. Install it with: {KNOWN_DRIVERS[name]}",
                 driver=name,
                 install=KNOWN_DRIVERS[name],
             )
+        installed = _usable_names()  # a registered driver whose framework is missing is not "installed"
         raise DriverNotFoundError(
             f"No layoutcore driver named {name!r}. Installed drivers: {list(installed)}. Third-party drivers "
             f"register under the {ENTRY_POINT_GROUP!r} entry-point group.",
@@ -179,6 +199,60 @@ def get_driver(name: str | Driver | None = None) -> Driver:
                 )
             _instances[name] = driver
         return _instances[name]
+
+
+def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
+    """The driver for a function that takes a distributed tensor: "the value chooses the driver".
+
+    ``driver=`` wins, then :func:`use_driver` and :func:`set_driver`; then a Variable's own
+    driver, or the registered driver that lists the value's type (or a base class of it) in
+    :attr:`~layoutcore.Driver.native_types` and whose ``is_distributed`` accepts the value (a plain
+    tensor of the same type, e.g. a TF EagerTensor that is no DTensor, is not claimed); then
+    ``LAYOUTCORE_DRIVER``, else NumPy (DESIGN §2a). Types are matched by name: no framework is
+    imported.
+
+    Raises:
+        DriverNotFoundError, DriverUnavailableError: see :func:`get_driver`.
+    """
+    if driver is not None or _context_choice.get() is not None or _global_choice is not None:
+        return get_driver(driver)
+    if isinstance(value, HoldsValue):
+        own = getattr(value, "driver", None)
+        if isinstance(own, Driver):
+            return own
+        value = value.value
+    name = _native_owner(type(value))
+    if name is not None:
+        try:
+            candidate = get_driver(name)
+        except (DriverNotFoundError, DriverUnavailableError):
+            candidate = None
+        if candidate is not None and candidate.is_distributed(value):
+            return candidate
+    return get_driver(None)
+
+
+def _native_owner(kind: type) -> str | None:
+    """The driver whose ``native_types`` name ``kind`` or a base class of it (cached per type)."""
+    try:
+        return _by_type[kind]
+    except KeyError:
+        pass
+    names = {f"{t.__module__}.{t.__qualname__}" for t in kind.__mro__}
+    owner = None
+    for name in sorted(_discover()):
+        try:
+            factory = _load_class(name)
+        except DriverUnavailableError:  # a broken plug-in claims nothing
+            continue
+        if names.intersection(getattr(factory, "native_types", ())):
+            owner = name
+            break
+    with _lock:
+        if len(_by_type) >= 4096:  # a program that makes types without end: start over
+            _by_type.clear()
+        _by_type[kind] = owner
+    return owner
 
 
 def set_driver(name: str | None) -> None:

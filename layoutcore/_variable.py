@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._errors import LayoutError, LayoutMismatchError
-from ._frontend import Driver, HoldsValue
+from ._frontend import Driver, HoldsValue, dtype_name
 from ._layout import Layout
 from ._layout_map import current_layout_map
 from ._mesh import Mesh
-from ._registry import get_driver
+from ._registry import driver_for
 
 __all__ = ["DVariable", "Variable"]
 
@@ -45,7 +47,9 @@ class Variable(HoldsValue):
         path: str | None = None,
         driver: str | Driver | None = None,
     ) -> None:
-        drv = get_driver(driver)
+        if _is_keras_variable(initial_value):
+            initial_value, path = _from_keras(initial_value, layout, path)
+        drv = driver_for(initial_value, driver)
         if isinstance(initial_value, Variable):
             initial_value = initial_value.value
         if layout is None:
@@ -94,9 +98,14 @@ class Variable(HoldsValue):
         A distributed ``value`` must already have this variable's layout; a plain global
         value is distributed with it.
 
+        The variable keeps its dtype (DESIGN §2a): a value of another dtype is cast to it where
+        NumPy's ``same_kind`` rule allows (``int64`` into ``float32``, ``float64`` into
+        ``float32``), else refused.
+
         Raises:
-            LayoutMismatchError: ``value`` is distributed with another layout.
-            LayoutError: ``value`` has another global shape.
+            LayoutMismatchError: ``value`` is distributed with another layout, or has a dtype that
+                ``same_kind`` does not cast to the variable's (``float32`` into ``int32``).
+            LayoutError: ``value`` has another global shape, or is no array.
         """
         if isinstance(value, Variable):
             value = value.value
@@ -111,17 +120,34 @@ class Variable(HoldsValue):
                     actual=actual,
                 )
         else:
-            value = drv.prepare_input(value)
+            value = drv._global_value(value, "Variable.assign")
         shape = drv.shape_of(value)
         if shape != self._shape:
             raise LayoutError(
                 f"Cannot assign a value of shape {shape} to {self._name()} of shape {self._shape}.",
                 value=shape,
             )
+        value = self._cast(value)
         if not drv.is_distributed(value):
             value = drv.distribute_tensor(value, self._layout)
         drv.assign_variable_state(self._handle, value)
         return self
+
+    def _cast(self, value: Any) -> Any:
+        """``value`` in the variable's dtype (through the host where it differs), or raise."""
+        mine, theirs = _numpy_dtype(self.dtype), _numpy_dtype(getattr(value, "dtype", None))
+        if mine is None or theirs is None or mine == theirs:
+            return value  # the same dtype, or one NumPy cannot name (the driver's assign decides)
+        if not np.can_cast(theirs, mine, "same_kind"):
+            raise LayoutMismatchError(
+                f"Cannot assign a value of dtype {theirs} to {self._name()} of dtype {mine}: NumPy's same_kind "
+                "rule does not cast it. Cast it first.",
+                expected=mine,
+                actual=theirs,
+            )
+        drv = self._driver
+        host = drv.to_numpy(value) if drv.is_distributed(value) else np.asarray(value)
+        return host.astype(mine)
 
     def _name(self) -> str:
         return f"variable {self.path!r}" if self.path else "a variable"
@@ -133,6 +159,45 @@ class Variable(HoldsValue):
     def __repr__(self) -> str:
         path = f"path={self.path!r}, " if self.path is not None else ""
         return f"Variable({path}shape={self._shape}, dtype={self.dtype}, layout={self._layout}, driver={self._driver.name!r})"
+
+
+#: Where keras 3 defines its Variable base class (matched by name: keras is never imported here).
+_KERAS_VARIABLE = "keras.src.backend.common.variables.Variable"
+
+
+def _is_keras_variable(value: Any) -> bool:
+    return any(f"{t.__module__}.{t.__qualname__}" == _KERAS_VARIABLE for t in type(value).__mro__)
+
+
+def _from_keras(variable: Any, layout: Layout | None, path: str | None) -> tuple[Any, str | None]:
+    """A keras variable's current (distributed) value and path, keeping its sharding.
+
+    Raises:
+        LayoutError: the keras variable carries a keras layout but its value is no distributed
+            tensor (its sharding would be lost); pass ``layout=`` or distribute it first.
+    """
+    value = variable.value
+    keras_layout = getattr(variable, "_layout", None)
+    name = path if path is not None else getattr(variable, "path", None)
+    if layout is None and keras_layout is not None:
+        drv = driver_for(value)
+        if not drv.is_distributed(value):
+            raise LayoutError(
+                f"keras variable {name!r} has keras layout {keras_layout!r}, but its value "
+                f"({type(value).__module__}.{type(value).__qualname__}) is no distributed tensor of the "
+                f"{drv.name} driver, so that sharding would be lost; pass layout= explicitly.",
+                value=variable,
+            )
+    return value, name
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype[Any] | None:
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(dtype_name(dtype))
+    except TypeError:
+        return None
 
 
 def _default_layout(drv: Driver, initial_value: Any, path: str | None) -> Layout:

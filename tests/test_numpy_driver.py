@@ -151,8 +151,9 @@ def test_functions_refuse_plain_arrays() -> None:
     for fn in (unpack, to_numpy, fetch_layout):
         with pytest.raises(NotDistributedError, match=r"numpy\.ndarray"):
             fn(np.zeros(3))
-    with pytest.raises(NotDistributedError):
-        relayout(np.zeros(3), Layout(["x"], MESH))
+    # DESIGN §2a: relayout places a plain value as distribute_tensor would (TF's relayout does too).
+    placed = relayout(np.arange(4), Layout(["x"], MESH))
+    assert fetch_layout(placed) == Layout(["x"], MESH) and to_numpy(placed).tolist() == [0, 1, 2, 3]
 
 
 # -- copy_to_mesh, call_with_layout --------------------------------------------------------------------
