@@ -142,7 +142,10 @@ def multi_axis() -> RenderableType:
 
 
 def _layout_grid(layout: Layout, shape: tuple[int, int], caption: str) -> RenderableType:
-    slices = layout.device_slices(shape)
+    # Explicit bounds on every axis (device_slices writes a one-block axis as slice(None), as JAX).
+    slices = [
+        tuple(slice(*s.indices(n)[:2]) for s, n in zip(sl, shape, strict=True)) for sl in layout.device_slices(shape)
+    ]
     rows = sorted({(s[0].start, s[0].stop) for s in slices})
     cols = sorted({(s[1].start, s[1].stop) for s in slices})
     blocks = layout.offset_to_shard()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from . import geometry
+from ._checks import checked_int, int_sequence, short_repr
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._mesh import Mesh
 
@@ -20,25 +21,30 @@ AxisSpec: TypeAlias = str | tuple[str, ...] | None
 
 
 def _canonical_entry(entry: Any, axes: Any) -> AxisSpec:
-    if entry is None or entry == UNSHARDED:
+    # Type checks come before any ==: an array entry would answer == with an array, not a bool.
+    if entry is None:
         return None
     if isinstance(entry, str):
         if not entry:
-            raise LayoutError(f"A layout entry cannot be the empty string. Received axes: {axes!r}", value=axes)
-        return entry
+            raise LayoutError(
+                f"A layout entry cannot be the empty string. Received axes: {short_repr(axes)}", value=axes
+            )
+        return None if entry == UNSHARDED else entry
     if isinstance(entry, (tuple, list)):
         names = tuple(entry)
         for name in names:
             if not isinstance(name, str) or not name or name == UNSHARDED:
                 raise LayoutError(
-                    f"A multi-axis layout entry holds mesh axis names only. Received entry {entry!r} in {axes!r}",
+                    "A multi-axis layout entry holds mesh axis names only. "
+                    f"Received entry {short_repr(entry)} in {short_repr(axes)}",
                     value=axes,
                 )
         if not names:
             return None
         return names[0] if len(names) == 1 else names
     raise LayoutError(
-        f"A layout entry is None, 'unsharded', a mesh axis name or a tuple of names. Received entry {entry!r} in {axes!r}",
+        "A layout entry is None, 'unsharded', a mesh axis name or a tuple of names. "
+        f"Received entry {short_repr(entry)} in {short_repr(axes)}",
         value=axes,
     )
 
@@ -80,12 +86,16 @@ class Layout:
             if mesh is not None and mesh != device_mesh:
                 raise LayoutError("Pass the mesh once, as mesh= or device_mesh=, not both.", value=device_mesh)
             mesh = device_mesh
-        if isinstance(axes, str) or not isinstance(axes, Iterable):
+        if isinstance(axes, (str, bytes)) or not isinstance(axes, Iterable):
             raise LayoutError(
-                f"Layout axes must be a sequence with one entry per tensor axis, e.g. ('x', None). Received: {axes!r}",
+                "Layout axes must be a sequence with one entry per tensor axis, e.g. ('x', None). "
+                f"Received: {short_repr(axes)}",
                 value=axes,
             )
-        raw = tuple(axes)
+        try:
+            raw = tuple(axes)
+        except Exception as exc:  # an iterable whose iteration fails is a bad value
+            raise LayoutError(f"Cannot read layout axes from {short_repr(axes)}: {exc!r}", value=axes) from exc
         canonical = tuple(_canonical_entry(entry, raw) for entry in raw)
         seen: dict[str, int] = {}
         for dim, entry in enumerate(canonical):
@@ -93,18 +103,18 @@ class Layout:
                 if name in seen:
                     raise LayoutError(
                         f"Mesh axis {name!r} shards both tensor axis {seen[name]} and tensor axis {dim}; "
-                        f"a mesh axis can shard at most one tensor axis. Received: {raw!r}",
+                        f"a mesh axis can shard at most one tensor axis. Received: {short_repr(raw)}",
                         value=axes,
                     )
                 seen[name] = dim
         if mesh is not None:
             if not isinstance(mesh, Mesh):
-                raise LayoutError(f"Layout mesh must be a layoutcore Mesh. Received: {mesh!r}", value=mesh)
-            unknown = [n for n in seen if n not in mesh.axis_names]
+                raise LayoutError(f"Layout mesh must be a layoutcore Mesh. Received: {short_repr(mesh)}", value=mesh)
+            unknown = [n for n in seen if n not in mesh]
             if unknown:
                 raise LayoutError(
-                    f"Layout names mesh axes {unknown} that are not in the mesh. Valid axis names: "
-                    f"{list(mesh.axis_names)}. Received: {raw!r}",
+                    f"Layout names mesh axes {short_repr(unknown)} that are not in the mesh. Valid axis names: "
+                    f"{short_repr(list(mesh.axis_names))}. Received: {short_repr(raw)}",
                     value=axes,
                 )
         object.__setattr__(self, "axes", canonical)
@@ -117,8 +127,7 @@ class Layout:
     @classmethod
     def replicated(cls, mesh: Mesh, rank: int) -> Layout:
         """Fully replicated layout of ``rank`` (``rank`` >= 0)."""
-        _check_rank(rank, minimum=0)
-        return cls([None] * rank, mesh)
+        return cls([None] * _check_rank(rank, minimum=0), mesh)
 
     @classmethod
     def batch_sharded(cls, mesh: Mesh, batch_dim: str, rank: int, axis: int = 0) -> Layout:
@@ -128,11 +137,8 @@ class Layout:
             LayoutError: ``rank < 1``, ``axis`` outside ``0 .. rank-1``, or an unknown mesh axis
                 (TF DTensor crashes the interpreter on the first two).
         """
-        _check_rank(rank, minimum=1)
-        if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < rank:
-            raise LayoutError(
-                f"batch_sharded axis must be in 0..{rank - 1} for rank {rank}. Received: axis={axis!r}", value=axis
-            )
+        rank = _check_rank(rank, minimum=1)
+        axis = checked_int(axis, f"batch_sharded axis (for rank {rank})", minimum=0, maximum=rank - 1)
         axes: list[AxisSpec] = [None] * rank
         axes[axis] = batch_dim
         return cls(axes, mesh)
@@ -140,10 +146,15 @@ class Layout:
     @classmethod
     def inner_sharded(cls, mesh: Mesh, inner_dim: str, rank: int) -> Layout:
         """The last tensor axis sharded over mesh axis ``inner_dim`` (``rank`` >= 1)."""
-        _check_rank(rank, minimum=1)
+        rank = _check_rank(rank, minimum=1)
         return cls([None] * (rank - 1) + [inner_dim], mesh)
 
     # -- properties --------------------------------------------------------------------------
+    @property
+    def device_mesh(self) -> Mesh | None:
+        """keras' name for :attr:`mesh`."""
+        return self.mesh
+
     @property
     def rank(self) -> int:
         """Number of tensor axes."""
@@ -193,14 +204,17 @@ class Layout:
         return geometry.num_blocks(mesh.shape, [mesh.axis_index(n) for n in self.mesh_axes(dim)])
 
     def delete(self, dims: int | Sequence[int]) -> Layout:
-        """A layout without tensor axes ``dims``.
+        """A layout without tensor axes ``dims`` (an int, NumPy's included, or a sequence of them).
 
-        Unlike TF, which silently ignores out-of-range and negative dims, those raise here.
+        Raises:
+            LayoutError: a dim that is not an int in ``0 .. rank-1`` (TF silently ignores
+                out-of-range and negative dims).
         """
-        wanted = [dims] if isinstance(dims, int) else list(dims)
+        if hasattr(type(dims), "__index__") and not isinstance(dims, Iterable):
+            dims = (dims,)  # type: ignore[assignment]
+        wanted = set(int_sequence(dims, "delete: dims"))
         for dim in wanted:
-            if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < self.rank:
-                raise LayoutError(f"delete: dim {dim!r} is not in 0..{self.rank - 1} for {self!r}", value=dims)
+            self._check_dim(dim, "delete: dim")
         return Layout([e for i, e in enumerate(self.axes) if i not in wanted], self.mesh)
 
     def offset_to_shard(self) -> list[tuple[int, ...]]:
@@ -226,16 +240,16 @@ class Layout:
         """Validate a global shape against this layout and return it as a tuple of ints.
 
         Raises:
-            LayoutError: the rank differs or a size is negative.
+            LayoutError: not a sequence of ints (NumPy ints accepted), the rank differs, or a
+                size is negative.
         """
-        shape = tuple(global_shape)
+        shape = int_sequence(global_shape, "A global shape", minimum=0)
         if len(shape) != self.rank:
             raise LayoutError(
-                f"Layout of rank {self.rank} {self.axes} cannot lay out a tensor of rank {len(shape)} (shape {shape}).",
-                value=shape,
+                f"Layout of rank {self.rank} {short_repr(self.axes)} cannot lay out a tensor of rank {len(shape)} "
+                f"(shape {short_repr(shape)}).",
+                value=global_shape,
             )
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
-            raise LayoutError(f"A shape holds non-negative ints. Received: {shape}", value=shape)
         return shape
 
     def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
@@ -245,10 +259,16 @@ class Layout:
 
     def local_shapes(self, global_shape: Sequence[int]) -> list[tuple[int, ...]]:
         """Shape of every device's shard, row-major (they differ for uneven dimensions)."""
-        return [tuple(s.stop - s.start for s in sl) for sl in self.device_slices(global_shape)]
+        mesh = self._require_mesh("local_shapes")
+        shape, dim_axes = self.check_shape(global_shape), self.dim_axes
+        return [geometry.local_shape(shape, mesh.shape, dim_axes, p) for p in range(mesh.size)]
 
     def device_slices(self, global_shape: Sequence[int]) -> list[tuple[slice, ...]]:
-        """One tuple of ``slice`` per device, row-major: the part of the global value it holds."""
+        """One tuple of ``slice`` per device, row-major: the part of the global value it holds.
+
+        A tensor axis with one block (replicated, or sharded over size-1 mesh axes) is
+        ``slice(None)``, as in JAX's ``devices_indices_map``.
+        """
         mesh = self._require_mesh("device_slices")
         return geometry.device_slices(self.check_shape(global_shape), mesh.shape, self.dim_axes)
 
@@ -306,15 +326,14 @@ class Layout:
             raise LayoutError(f"{what} needs a layout bound to a mesh; {self!r} has none (use with_mesh).", value=self)
         return self.mesh
 
-    def _check_dim(self, dim: int) -> int:
-        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < self.rank:
-            raise LayoutError(f"Tensor axis {dim!r} is not in 0..{self.rank - 1} for {self!r}", value=dim)
-        return dim
+    def _check_dim(self, dim: int, what: str = "A tensor axis") -> int:
+        if self.rank == 0:
+            raise LayoutError(f"{what} {short_repr(dim)}: a rank-0 layout has no tensor axes", value=dim)
+        return checked_int(dim, f"{what} of {short_repr(self)}", minimum=0, maximum=self.rank - 1)
 
 
-def _check_rank(rank: Any, *, minimum: int) -> None:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < minimum:
-        raise LayoutError(f"rank must be an int >= {minimum}. Received: rank={rank!r}", value=rank)
+def _check_rank(rank: Any, *, minimum: int) -> int:
+    return checked_int(rank, "rank", minimum=minimum)
 
 
 #: keras.distribution's name for :class:`Layout` (takes ``device_mesh=``).

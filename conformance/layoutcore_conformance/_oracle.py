@@ -87,8 +87,15 @@ class Case:
         return dim_axes_of(self.axis_names, self.spec)
 
     def slices(self) -> list[tuple[slice, ...]]:
-        """The oracle: one tuple of slices per device, row-major mesh order."""
-        return geometry.device_slices(self.shape, self.mesh_shape, self.dim_axes)
+        """The oracle: one tuple of slices per device, row-major mesh order, explicit bounds on every axis.
+
+        Built from ``geometry.shard_bounds`` (ints), not ``device_slices``, which writes a one-block
+        axis as ``slice(None)`` as JAX does; the tables in ``facts`` compare ``(start, stop)``.
+        """
+        return [
+            tuple(slice(a, b) for a, b in geometry.shard_bounds(self.shape, self.mesh_shape, self.dim_axes, p))
+            for p in range(math.prod(self.mesh_shape))
+        ]
 
     def values(self) -> np.ndarray:
         """A global array of this case's shape and dtype with (mostly) distinct entries."""
