@@ -37,7 +37,7 @@ from ._errors import (
 from ._frontend import Driver
 from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
 from ._layout_map import LayoutMap, MatchReport, current_layout_map, layout_map_scope
-from ._mesh import DeviceMesh, Mesh, create_mesh
+from ._mesh import DeviceMesh, Mesh, MeshDimension, create_mesh
 from ._numpy_driver import NumpyDriver, ShardedArray
 from ._plan import Plan, PlanEntry, RelayoutPlan, Transfer, plan, relayout_plan
 from ._registry import (
@@ -80,6 +80,7 @@ __all__ = [
     "LayoutcoreError",
     "MatchReport",
     "Mesh",
+    "MeshDimension",
     "NotDistributedError",
     "NumpyDriver",
     "Plan",
