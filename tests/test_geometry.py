@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from layoutcore import geometry
+from layoutcore import LayoutcoreError, LayoutError, geometry
 
 
 @st.composite
@@ -113,3 +114,60 @@ def test_documented_examples() -> None:
     assert geometry.mesh_coordinate((3, 2), 3) == (1, 1)
     assert geometry.num_blocks((3, 2), ()) == 1
     assert geometry.device_blocks((3, 2), ((0,), ())) == [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0)]
+
+
+# -- issue 9: the public functions validate their inputs; errors are LayoutErrors (and ValueErrors) ---
+BAD_CALLS = [
+    ("mesh_coordinate wraps around", lambda: geometry.mesh_coordinate((3, 2), 7)),
+    ("negative position", lambda: geometry.mesh_coordinate((3, 2), -1)),
+    ("zero mesh size", lambda: geometry.mesh_coordinate((3, 0), 0)),
+    ("negative mesh size", lambda: geometry.mesh_coordinate((-3, 2), 0)),
+    ("float position", lambda: geometry.mesh_coordinate((3, 2), 1.0)),
+    ("negative dim size", lambda: geometry.device_slices((-4,), (2,), ((0,),))),
+    ("negative chunk dim", lambda: geometry.chunk_bounds(-4, 2, 0)),
+    ("negative chunk sizes", lambda: geometry.chunk_sizes(-4, 2)),
+    ("zero chunks", lambda: geometry.chunk_sizes(4, 0)),
+    ("None shape", lambda: geometry.shard_bounds(None, (2,), ((0,),), 0)),
+    ("None dim_axes", lambda: geometry.device_slices((4,), (2,), None)),
+    ("rank mismatch", lambda: geometry.device_slices((4, 4), (2,), ((0,),))),
+    ("axis out of range", lambda: geometry.device_slices((4,), (2,), ((1,),))),
+    ("negative axis", lambda: geometry.num_blocks((2,), (-1,))),
+    ("axis used twice", lambda: geometry.device_blocks((2, 2), ((0,), (0,)))),
+    ("axis repeated in one dim", lambda: geometry.num_blocks((2, 2), (0, 0))),
+    ("coordinate outside the mesh", lambda: geometry.block_index((3, 2), (0,), (3, 0))),
+    ("coordinate of wrong rank", lambda: geometry.block_index((3, 2), (0,), (1,))),
+    ("position out of range", lambda: geometry.local_shape((6,), (3,), ((0,),), 3)),
+    ("bool size", lambda: geometry.is_evenly_divisible((True,), (2,), ((0,),))),
+]
+
+
+@pytest.mark.parametrize(("label", "call"), BAD_CALLS, ids=[label for label, _ in BAD_CALLS])
+def test_geometry_rejects_bad_inputs_with_layout_error(label: str, call: Callable[[], object]) -> None:
+    with pytest.raises(LayoutError) as info:
+        call()
+    assert isinstance(info.value, ValueError) and isinstance(info.value, LayoutcoreError), label
+
+
+def test_geometry_accepts_numpy_ints_and_returns_python_ints() -> None:
+    coordinate = geometry.mesh_coordinate((np.int64(3), np.int32(2)), np.int64(3))
+    assert coordinate == (1, 1) and all(type(c) is int for c in coordinate)
+    assert geometry.chunk_bounds(np.int64(5), np.int64(3), np.int64(2)) == (4, 5)
+
+
+def test_device_slices_write_one_block_dims_as_slice_none() -> None:
+    # As JAX's devices_indices_map: replicated dims and dims split over size-1 mesh axes.
+    assert geometry.device_slices((6, 4), (3, 1), ((0,), (1,))) == [
+        (slice(0, 2), slice(None)),
+        (slice(2, 4), slice(None)),
+        (slice(4, 6), slice(None)),
+    ]
+    assert geometry.shard_bounds((6, 4), (3, 1), ((0,), (1,)), 1) == ((2, 4), (0, 4))
+
+
+@given(cases())
+def test_device_slices_select_what_shard_bounds_say(case: tuple) -> None:
+    global_shape, mesh_shape, dim_axes = case
+    x = np.arange(math.prod(global_shape)).reshape(global_shape)
+    for position, sl in enumerate(geometry.device_slices(global_shape, mesh_shape, dim_axes)):
+        bounds = geometry.shard_bounds(global_shape, mesh_shape, dim_axes, position)
+        assert np.array_equal(x[sl], x[tuple(slice(a, b) for a, b in bounds)])

@@ -371,3 +371,126 @@ def test_layout_string_round_trip_property(layout: Layout) -> None:
     assert text == "sharding_specs:" + "".join(f"{s}," for s in specs) + " mesh:" + layout.mesh.to_string()  # type: ignore[union-attr]
     assert Layout.from_string(text) == layout
     assert layout.sharding_specs == specs
+
+
+# -- issue 9: typed errors for every bad input; NumPy ints accepted ----------------------------------
+class _IndexRaises:
+    """An int-like object whose ``__index__`` raises."""
+
+    def __index__(self) -> int:
+        raise RuntimeError("no index today")
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        [np.array(["x"]), None],  # an array entry: == would answer with an array
+        [np.array("x")],
+        [np.int64(0)],
+        [b"x"],
+        [("x", np.array(["y"]))],
+        [{"x": 1}],
+    ],
+)
+def test_layout_rejects_non_name_entries_typed(mesh: Mesh, axes: list) -> None:
+    with pytest.raises(LayoutError, match="layout entry"):
+        Layout(axes, mesh)
+
+
+def test_delete_accepts_numpy_ints(mesh: Mesh) -> None:
+    layout = Layout(["x", "y", U], mesh)
+    assert layout.delete(np.int64(0)) == layout.delete(0) == Layout(["y", U], mesh)
+    assert layout.delete([np.int32(0), np.int64(2)]) == Layout(["y"], mesh)
+    assert layout.delete(np.array([1, 2])) == Layout(["x"], mesh)
+
+
+@pytest.mark.parametrize("dims", [None, _IndexRaises(), [_IndexRaises()], "0", 1.0, [None]])
+def test_delete_rejects_non_ints_typed(mesh: Mesh, dims: object) -> None:
+    with pytest.raises(LayoutError, match="delete"):
+        Layout(["x", "y", U], mesh).delete(dims)  # type: ignore[arg-type]
+
+
+def test_delete_of_rank_0_layout_is_typed(mesh: Mesh) -> None:
+    with pytest.raises(LayoutError, match="rank-0"):
+        Layout([], mesh).delete(0)
+
+
+@pytest.mark.parametrize("shape", [None, 5, "ab", (6, None), (6, -1), (6, 4.0), (_IndexRaises(), 4), (6, 4, 1)])
+def test_shape_functions_reject_bad_shapes_typed(mesh: Mesh, shape: object) -> None:
+    layout = Layout(["x", U], mesh)
+    for method in (layout.shard_shape, layout.device_slices, layout.local_shapes, layout.is_even, layout.check_shape):
+        with pytest.raises(LayoutError):
+            method(shape)  # type: ignore[arg-type]
+
+
+def test_shape_functions_accept_numpy_ints(mesh: Mesh) -> None:
+    layout = Layout(["x", U], mesh)
+    assert layout.shard_shape((np.int64(6), np.int32(4))) == (2, 4)
+    assert layout.shard_shape(np.array([6, 4])) == (2, 4)
+    assert all(type(s) is int for s in layout.check_shape(np.array([6, 4])))
+
+
+@pytest.mark.parametrize("rank", [None, -1, 1.5, _IndexRaises(), True])
+def test_classmethods_reject_bad_ranks_typed(mesh: Mesh, rank: object) -> None:
+    for make in (
+        lambda: Layout.replicated(mesh, rank),  # type: ignore[arg-type]
+        lambda: Layout.batch_sharded(mesh, "x", rank),  # type: ignore[arg-type]
+        lambda: Layout.inner_sharded(mesh, "x", rank),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(LayoutError, match="rank"):
+            make()
+    assert Layout.replicated(mesh, np.int64(2)) == Layout([U, U], mesh)
+
+
+@pytest.mark.parametrize("dim", [None, -1, 2, _IndexRaises(), "0"])
+def test_dim_methods_reject_bad_dims_typed(mesh: Mesh, dim: object) -> None:
+    layout = Layout(["x", U], mesh)
+    for method in (layout.num_shards, layout.mesh_axes):
+        with pytest.raises(LayoutError):
+            method(dim)  # type: ignore[arg-type]
+    assert layout.num_shards(np.int64(0)) == 3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"sharding_specs:x, mesh:|x=\u00b2|0|0|{FULL(0)}",
+        f"sharding_specs:x, mesh:|x=999999999999999999999999999999,y=2|0|0|{FULL(0)}",
+        f"sharding_specs:x, mesh:|x=1e11|0|0|{FULL(0)}",
+        f"sharding_specs:x\x00, mesh:|x\x00=1|0|0|{FULL(0)}",  # a NUL byte in an axis name
+        f"sharding_specs:x, mesh:|x=2|0,1|0,1|{FULL(0)},{FULL(1)}|{FULL(1)},{FULL(0)}",
+        "sharding_specs:x, mesh:|x=2|*CPU|extra",
+        "sharding_specs:x,x, mesh:|x=2|*CPU",
+        "sharding_specs:q, mesh:|x=2|*CPU",
+    ],
+)
+def test_layout_from_string_rejects_issue_9_inputs_typed(text: str) -> None:
+    with pytest.raises(LayoutError):
+        Layout.from_string(text)
+
+
+def test_device_mesh_is_keras_name_for_mesh(mesh: Mesh) -> None:
+    layout = TensorLayout(["x", None], device_mesh=mesh)
+    assert layout.device_mesh is layout.mesh is mesh
+    assert Layout(["x"]).device_mesh is None
+
+
+# JAX 0.10.2's NamedSharding(...).devices_indices_map((6, 4)) on the 3x2 mesh (x, y), recorded; the JAX
+# driver tests compare against JAX itself.
+JAX_INDICES_6x4 = {
+    ("x", None): [(slice(0, 2), slice(None))] * 2 + [(slice(2, 4), slice(None))] * 2 + [(slice(4, 6), slice(None))] * 2,
+    (None, None): [(slice(None), slice(None))] * 6,
+    (("x", "y"), None): [(slice(i, i + 1), slice(None)) for i in range(6)],
+}
+
+
+@pytest.mark.parametrize("axes", list(JAX_INDICES_6x4))
+def test_device_slices_write_one_block_axes_as_slice_none_like_jax(mesh: Mesh, axes: tuple) -> None:
+    assert Layout(axes, mesh).device_slices((6, 4)) == JAX_INDICES_6x4[axes]
+
+
+def test_device_slices_of_a_size_1_mesh_axis_are_slice_none() -> None:
+    # JAX: P("x", "y") on a (1, 2) mesh gives (slice(None), slice(0, 2)), (slice(None), slice(2, 4)).
+    layout = Layout(["x", "y"], Mesh((1, 2), ("x", "y")))
+    assert layout.device_slices((6, 4)) == [(slice(None), slice(0, 2)), (slice(None), slice(2, 4))]
+    assert layout.local_shapes((6, 4)) == [(6, 2), (6, 2)]

@@ -305,3 +305,172 @@ def test_string_round_trip_property(mesh: Mesh) -> None:
     assert back == (mesh if mesh.devices is not None else mesh.with_devices([f"CPU:{i}" for i in range(mesh.size)]))
     assert back.to_string() == mesh.to_string()
     assert eval(repr(mesh), {"Mesh": Mesh}) == mesh
+
+
+# -- issue 9: every bad input is a typed error, checked before anything is allocated ------------------
+class _IndexRaises:
+    """An int-like object whose ``__index__`` raises."""
+
+    def __index__(self) -> int:
+        raise RuntimeError("no index today")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"|x=\u00b2|0|0|{FULL(0)}",  # a unicode superscript digit: str.isdigit() says yes, int() says no
+        f"|x=\u0662|0,1|0,1|{FULL(0)},{FULL(1)}",  # an Arabic-Indic 2: int() would read it
+        f"|x={'9' * 4301}|0|0|{FULL(0)}",  # over int()'s 4 300-digit limit
+        f"|x=999999999999999999999999999999,y=2|0|0|{FULL(0)}",  # over int64
+        f"|x=4294967296,y=4294967296|0|0|{FULL(0)}",  # each fits, the product does not
+        f"|x=1e11|0|0|{FULL(0)}",
+        f"|x=2|0,1|0,1|{FULL(0)},{FULL(1)}|{FULL(1)},{FULL(0)}",  # local devices disagree with the global ones
+        f"|x=2|0,1|0,5|{FULL(0)},{FULL(1)}",  # a local id outside the mesh
+        f"|x=2|0,1|0,0|{FULL(0)},{FULL(1)}",  # a local id twice
+        f"|x=2|0,1|0,1|{FULL(0)},{FULL(0)}",  # a local device twice
+        f"|x=2,y=2|0,1,2,3|7|{FULL(0)}",  # a partial (multi-client) string with a bad local id
+        f"|x=2|0,1|0,1|{FULL(0)},/job:localhost/replica:0/task:0/device:TPU:0",  # two device types
+        f"|x=2|0,1|0,1|{FULL(0)},{FULL(1)}|{FULL(0)}",  # too few global devices
+        f"|x=2|0,1|0,1|{FULL(0)},{FULL(1)}|{FULL(0)},{FULL(1)}|extra",  # a seventh field
+        f"|x=2|0,0|0,1|{FULL(0)},{FULL(1)}",  # global ids not a permutation
+        f"|x=2|0,1,2|0,1|{FULL(0)},{FULL(1)}",  # more global ids than devices
+        f"|x\x00=2|0,1|0,1|{FULL(0)},{FULL(1)}",  # a NUL byte in an axis name
+        f"|x=2|0,1|0,1|{FULL(0)},/job:localhost/replica:0/task:0/device:CPU:{'1' * 5000}",
+    ],
+)
+def test_from_string_rejects_issue_9_inputs_with_a_layout_error(text: str) -> None:
+    with pytest.raises(LayoutError) as info:
+        Mesh.from_string(text)
+    assert isinstance(info.value, LayoutcoreError) and info.value.value == text
+    assert len(str(info.value)) < 2000  # the value is named, cut to a readable length
+
+
+def test_from_string_checks_sizes_before_allocating() -> None:
+    import tracemalloc
+
+    text = f"|x=100000000000|0|0|{FULL(0)}"  # 10**11 devices claimed by a 70-byte string
+    tracemalloc.start()
+    try:
+        with pytest.raises(LayoutError, match="100000000000"):
+            Mesh.from_string(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"parsing a bad {len(text)}-byte mesh string allocated {peak} bytes"
+
+
+def test_generator_mesh_string_of_any_size_is_abstract_and_cheap() -> None:
+    mesh = Mesh.from_string("|x=100000000000|*CPU")
+    assert mesh.is_abstract and mesh.size == 10**11
+
+
+def test_to_string_of_a_huge_abstract_mesh_is_a_typed_error() -> None:
+    from layoutcore._mesh import MAX_STRING_DEVICES
+
+    mesh = Mesh((10**12,), ("x",))
+    with pytest.raises(LayoutError, match="MAX_STRING_DEVICES"):
+        mesh.to_string()
+    assert MAX_STRING_DEVICES >= 1_000_000  # the documented bound leaves room for the scale target
+    assert mesh.local_devices() == [] and mesh.num_local_devices() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        (((_IndexRaises(),), ("x",)), {}),
+        (((2**32, 2**32), ("x", "y")), {}),  # more devices than int64 ids
+        (((10**5000,), ("x",)), {}),
+        (((2,), ("x\x00",)), {}),  # TF cannot use a NUL byte in a name
+        (((2,), ("x\x7f",)), {}),
+        (((2,), ("x",)), {"name": "m\x00"}),
+        (((2,), ("x",), ["CPU:0", "TPU:0"]), {}),  # mixed device types, as TF rejects
+        (((2,), ("x",), ["CPU:0", "/job:worker/replica:0/task:1/device:GPU:0"]), {}),
+        (((2,), ("x",), "CPU:0"), {}),  # a string is not a device list
+        (((2,), ("x",), 5), {}),
+        (((2,), ("x",), ["CPU:0", "CPU:\u0661"]), {}),  # unicode digits in a device index
+        (((2,), ("x",), ["CPU:0", "CPU:" + "1" * 5000]), {}),
+        ((None, ("x",)), {}),
+        (((2,), None), {}),
+        ((np.array([[2]]), ("x",)), {}),  # an array row is not an int
+    ],
+)
+def test_constructor_rejects_issue_9_inputs_with_a_layout_error(args: tuple, kwargs: dict) -> None:
+    with pytest.raises(LayoutError) as info:
+        Mesh(*args, **kwargs)
+    assert isinstance(info.value, LayoutcoreError)
+
+
+def test_mixed_device_types_error_names_the_types() -> None:
+    with pytest.raises(LayoutError, match=r"\['CPU', 'TPU'\]"):
+        Mesh((2,), ("x",), ["CPU:0", "TPU:0"])
+
+
+def test_create_mesh_rejects_bad_dims_typed() -> None:
+    for dims in (None, 5, "xy", [("x",)], [("x", 2, 3)], [("x", _IndexRaises())]):
+        with pytest.raises(LayoutError):
+            create_mesh(dims)  # type: ignore[arg-type]
+
+
+# -- scale: linear construction and parsing (timed in benchmarks/bench_mesh_scale.py) ------------------
+def test_a_100k_device_mesh_round_trips() -> None:
+    devices = [f"CPU:{i}" for i in range(100_000)]
+    mesh = Mesh((1000, 100), ("x", "y"), devices)
+    text = mesh.to_string()
+    assert Mesh.from_string(text) == mesh
+    assert text.count(",") == 3 * 99_999 + 1  # ids twice, devices once, one dims comma
+
+
+def test_a_mesh_of_20000_axes_round_trips() -> None:
+    names = [f"a{i}" for i in range(20_000)]
+    mesh = Mesh((1,) * 20_000, names)
+    assert Mesh.from_string(mesh.to_string()) == mesh.with_devices(["CPU:0"])
+    with pytest.raises(LayoutError, match="unique"):
+        Mesh((1,) * 20_001, [*names, "a7"])
+
+
+def test_permuted_local_ids_of_many_devices_place_by_id() -> None:
+    n = 1000
+    ids = list(reversed(range(n)))
+    text = f"|x={n}|{','.join(map(str, range(n)))}|{','.join(map(str, ids))}|{','.join(FULL(i) for i in range(n))}"
+    mesh = Mesh.from_string(text)
+    assert mesh.devices == tuple(f"CPU:{n - 1 - g}" for g in range(n))
+
+
+# -- TF DTensor's Mesh members (values from FACTS §5.1; tests/drivers/tensorflow checks them against TF) --
+def test_tf_mesh_members(mesh: Mesh) -> None:
+    assert "x" in mesh and "y" in mesh and "z" not in mesh and 3 not in mesh
+    assert mesh.contains_dim("y") and not mesh.contains_dim("q")
+    assert mesh.dim_size("x") == 3 and mesh.dim_size("y") == 2
+    assert mesh["x"] == layoutcore.MeshDimension(name="x", size=3) == ("x", 3)
+    assert mesh.strides == [2, 1]
+    assert Mesh((4, 3, 2), ("a", "b", "c")).strides == [6, 2, 1]
+    assert mesh.device_type() == "CPU"
+    assert mesh.local_devices() == [FULL(i) for i in range(6)]
+    assert mesh.num_local_devices() == 6
+
+
+def test_tf_mesh_members_refuse_unknown_axes_typed(mesh: Mesh) -> None:
+    for bad in ("z", 3, None):
+        with pytest.raises(LayoutError, match="not in the mesh"):
+            mesh.dim_size(bad)  # type: ignore[arg-type]
+        with pytest.raises(LayoutError, match="not in the mesh"):
+            mesh[bad]  # type: ignore[index]
+
+
+def test_mesh_is_not_iterable_through_getitem(mesh: Mesh) -> None:
+    with pytest.raises(TypeError):
+        iter(mesh)  # type: ignore[call-overload]
+
+
+def test_strides_give_coordinates(mesh: Mesh) -> None:
+    for position in range(mesh.size):
+        coordinate = tuple((position // s) % n for s, n in zip(mesh.strides, mesh.shape, strict=True))
+        assert coordinate == tuple(int(c) for c in np.unravel_index(position, mesh.shape))
+
+
+def test_device_type_of_abstract_and_remote_meshes() -> None:
+    assert Mesh((2,), ("x",)).device_type() is None
+    worker = "/job:worker/replica:0/task:1/device:GPU:{}".format
+    remote = Mesh((2,), ("x",), [worker(0), worker(1)])
+    assert remote.device_type() == "GPU"
+    assert remote.local_devices() == [worker(0), worker(1)]
