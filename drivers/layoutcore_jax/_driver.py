@@ -33,6 +33,31 @@ def _array(value: Any) -> jax.Array:
 
 __all__ = ["JaxDriver"]
 
+# NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, void/structured, datetime, timedelta.
+_NOT_JAX_KINDS = "OUSVMm"
+
+
+def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
+    """``value`` as an array JAX takes: native byte order; dtypes JAX cannot hold refused typed.
+
+    Raises:
+        UnsupportedLayoutError: ``feature="dtype"``, naming the dtype.
+    """
+    dtype = value.dtype
+    if dtype.kind in _NOT_JAX_KINDS:
+        raise UnsupportedLayoutError(
+            f"The jax driver holds numbers and booleans only; {what} has dtype {dtype!r} "
+            f"({'Python objects' if dtype.kind == 'O' else 'text, bytes, records or dates'}). Convert it to a numeric "
+            "dtype first, or use the numpy driver.",
+            driver="jax",
+            feature="dtype",
+            value=dtype,
+        )
+    if not dtype.isnative:  # big-endian data: the same numbers in this machine's byte order
+        return value.astype(dtype.newbyteorder("="))
+    return value
+
+
 _CACHE_SIZE = 1024
 
 
@@ -180,10 +205,10 @@ class JaxDriver(Driver):
         return out
 
     def prepare_input(self, value: Any) -> Any:
-        if isinstance(value, np.ndarray | self._jax.Array):
+        if isinstance(value, self._jax.Array):
             return value
         # Nested lists, scalars, and other frameworks' CPU tensors (through __array__).
-        return np.asarray(value)
+        return _jax_numpy(value if isinstance(value, np.ndarray) else np.asarray(value), "the value")
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(value):
@@ -214,15 +239,29 @@ class JaxDriver(Driver):
         positions = self.local_positions(layout.mesh, devices)  # type: ignore[arg-type]
         # device_put onto the component's own device is free for a jax.Array already there.
         arrays = [
-            jax.device_put(component, self._by_name[devices[p]])
-            for p, component in zip(positions, components, strict=True)
+            jax.device_put(
+                _jax_numpy(component, f"component {i}") if isinstance(component, np.ndarray) else component,
+                self._by_name[devices[p]],
+            )
+            for i, (p, component) in enumerate(zip(positions, components, strict=True))
         ]
         return _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays))
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(tensor):
             return _array(self._constrain(tensor, layout, devices))
-        return _array(self._jax.device_put(tensor, self._sharding(layout, devices)))
+        sharding = self._sharding(layout, devices)
+        out = _array(self._jax.device_put(tensor, sharding))
+        if out is tensor:
+            # Same NamedSharding (the layouts differ only by mesh name, or abstract vs concrete mesh):
+            # JAX hands back its input, but the result must be a new object, so that its layout record
+            # does not replace the input's. A new Array over the same immutable buffers copies nothing.
+            out = _array(
+                self._jax.make_array_from_single_device_arrays(
+                    tensor.shape, sharding, [shard.data for shard in tensor.addressable_shards]
+                )
+            )
+        return out
 
     def native_fetch_layout(self, tensor: jax.Array) -> Layout:
         if self.is_traced(tensor):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -15,6 +16,9 @@ if importlib.util.find_spec("jax") is None:
 from layoutcore_jax import JaxDriver
 from layoutcore_jax._runtime import configure_cpu_devices
 
+# These tests mean CPU devices (LAYOUTCORE_CPU_DEVICES of them); on a GPU host JAX's default platform
+# would be the GPU. An explicit JAX_PLATFORMS wins, to run them on another platform on purpose.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Test modules build flax models and optax states with plain JAX calls, which would start JAX with
 # one CPU device; settle the count first, as the driver would (start-up itself is tested in subprocesses).
 configure_cpu_devices()

@@ -192,7 +192,8 @@ def test_uneven_distribute_is_refused_before_jax(driver: JaxDriver, mesh32: Mesh
 
 def test_uneven_relayout_pack_and_call_are_refused_before_jax(driver: JaxDriver, mesh32: Mesh) -> None:
     t = driver.distribute_tensor(np.zeros((5, 4), np.float32), Layout((None, "y"), mesh32))
-    pieces = [np.zeros((2, 4), np.float32)] * 6
+    # The chunk rule's pieces of (5, 4) over x=3 (2, 2, 1 rows), so only the unevenness is refused.
+    pieces = [np.zeros((rows, 4), np.float32) for rows in (2, 2, 2, 2, 1, 1)]
     with pytest.MonkeyPatch.context() as mp:
         for name in ("device_put", "make_array_from_single_device_arrays", "jit"):
             mp.setattr(jax, name, lambda *a, _n=name, **k: pytest.fail(f"jax.{_n} reached"))

@@ -31,6 +31,7 @@ def _free_port() -> int:
 def _start(process_id: int, port: int, timeout_s: int) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
     env["LAYOUTCORE_DRIVER"] = "jax"
+    env["JAX_PLATFORMS"] = "cpu"  # the CPU devices these tests mean, also on a GPU host
     return subprocess.Popen(
         [sys.executable, str(WORKER), str(process_id), str(port), str(timeout_s)],
         stdout=subprocess.PIPE,
