@@ -25,8 +25,10 @@ from .adapter import ConformanceAdapter
 __all__ = [
     "Case",
     "assert_device_data",
+    "assert_native_layout",
     "assert_refused",
     "bound_devices",
+    "concrete",
     "expected_capabilities",
     "missing_capabilities",
     "needs_cross_mesh",
@@ -232,4 +234,23 @@ def assert_refused(driver: lc.Driver, missing: set[str], call: Callable[[], Any]
     pytest.fail(
         f"{what}: the {driver.name!r} driver does not declare {sorted(missing)} but returned "
         f"{type(result).__name__} instead of raising UnsupportedLayoutError"
+    )
+
+
+def concrete(driver: lc.Driver, layout: lc.Layout) -> lc.Layout:
+    """``layout`` on a nameless concrete mesh: an abstract mesh takes the devices it binds to by the
+    contract's rule (the driver's first ``size`` devices, worked out by the oracle, not by ``bind_mesh``)."""
+    mesh = layout.mesh
+    assert mesh is not None, layout
+    devices = bound_devices(driver, mesh.shape, mesh.devices)
+    return layout.with_mesh(lc.Mesh(mesh.shape, mesh.axis_names, devices))
+
+
+def assert_native_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
+    """``driver.native_fetch_layout(tensor)`` is ``layout``, on the same concrete mesh (name aside)."""
+    got = driver.native_fetch_layout(tensor)
+    assert isinstance(got, lc.Layout), f"{what}: native_fetch_layout returned {type(got).__name__}, not a Layout"
+    assert got.mesh is not None, f"{what}: native_fetch_layout returned {got!r} without a mesh"
+    assert concrete(driver, got) == concrete(driver, layout), (
+        f"{what}: native_fetch_layout reads {got!r}; the tensor was made with {layout!r}"
     )

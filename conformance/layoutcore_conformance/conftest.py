@@ -135,6 +135,26 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
             faulthandler.cancel_dump_traceback_later()
 
 
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the process once pytest has reported if a timed-out test left threads stuck in the framework
+    (test_threads): interpreter shutdown would wait on them, or crash inside the framework."""
+    from .test_threads import STUCK
+
+    alive = [t.name for t in STUCK if t.is_alive()]
+    if alive:
+        sys.stderr.write(f"layoutcore conformance: threads {alive} are stuck (deadlock); ending the process.\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(config.stash.get(_EXIT_STATUS, 1) or 1)
+
+
 @pytest.fixture(scope="session")
 def driver() -> lc.Driver:
     """The driver under test: the active one (``LAYOUTCORE_DRIVER``), which the module-level

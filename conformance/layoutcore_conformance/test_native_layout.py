@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import layoutcore as lc
 
-from ._oracle import Case, assert_device_data, bound_devices, missing_capabilities
+from ._oracle import Case, assert_device_data, assert_native_layout, concrete, missing_capabilities
 from ._strategies import cases, other_layouts
 from .adapter import ConformanceAdapter
 
@@ -44,25 +44,6 @@ MAKERS: dict[str, Maker] = {
     "call_with_layout": lambda d, a, c, x: lc.call_with_layout(a.ones_fn(), c.layout(), c.shape),
     "Variable": lambda d, a, c, x: lc.Variable(x, c.layout()).value,
 }
-
-
-def concrete(driver: lc.Driver, layout: lc.Layout) -> lc.Layout:
-    """``layout`` on a nameless concrete mesh: an abstract mesh takes the devices it binds to by the
-    contract's rule (the driver's first ``size`` devices, worked out by the oracle, not by ``bind_mesh``)."""
-    mesh = layout.mesh
-    assert mesh is not None, layout
-    devices = bound_devices(driver, mesh.shape, mesh.devices)
-    return layout.with_mesh(lc.Mesh(mesh.shape, mesh.axis_names, devices))
-
-
-def assert_native_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
-    """``driver.native_fetch_layout(tensor)`` is ``layout``, on the same concrete mesh (name aside)."""
-    got = driver.native_fetch_layout(tensor)
-    assert isinstance(got, lc.Layout), f"{what}: native_fetch_layout returned {type(got).__name__}, not a Layout"
-    assert got.mesh is not None, f"{what}: native_fetch_layout returned {got!r} without a mesh"
-    assert concrete(driver, got) == concrete(driver, layout), (
-        f"{what}: native_fetch_layout reads {got!r}; the tensor was made with {layout!r}"
-    )
 
 
 def assert_public_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:

@@ -19,8 +19,10 @@ __all__ = ["TorchAdapter"]
 
 
 class TorchAdapter(ConformanceAdapter):
-    """Reads ``DTensor`` shards straight from torch. In-place writes are ``Tensor.sub_``; the compiler
-    is ``torch.compile(fullgraph=True)`` on the ``eager`` backend (dynamo's tracing, no code generation)."""
+    """Reads ``DTensor`` shards straight from torch. In-place writes are ``Tensor.sub_``; the compiler is
+    ``torch.compile`` on the ``eager`` backend (dynamo's tracing without code generation). Dynamo may run a
+    call it cannot trace outside its graph, on concrete values, as users get it; ``fullgraph=True`` would
+    turn every refusal into dynamo's own ``Unsupported`` error instead of layoutcore's."""
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
         import torch.distributed as dist
@@ -66,7 +68,58 @@ class TorchAdapter(ConformanceAdapter):
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         import torch
 
-        return torch.compile(fn, fullgraph=True, backend="eager")  # type: ignore[no-any-return]
+        return torch.compile(fn, backend="eager")  # type: ignore[no-any-return]
+
+    # -- SPMD section: torch's operations on DTensors ---------------------------------------------
+    # Run inside the driver's spmd context (LocalTensorMode in the simulation): outside it, a
+    # redistribution inside the op chunks every simulated rank as rank 0 (wrong data).
+    def _spmd(self, tensor: Any) -> Any:
+        return self.driver.spmd(tensor.device_mesh.size())  # type: ignore[attr-defined]
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        import torch
+
+        with self._spmd(a):
+            return torch.matmul(a, b)
+
+    def einsum(self, subscripts: str, *operands: Any) -> Any:
+        import torch
+
+        with self._spmd(operands[0]):
+            return torch.einsum(subscripts, *operands)
+
+    def add(self, a: Any, b: Any) -> Any:
+        with self._spmd(a):
+            return a + b
+
+    def sum(self, tensor: Any, axis: int | tuple[int, ...] | None = None) -> Any:
+        with self._spmd(tensor):
+            return tensor.sum() if axis is None else tensor.sum(dim=axis)
+
+    def output_layout(self, tensor: Any) -> tuple[tuple[Any, ...] | None, tuple[str, ...], str]:
+        """``Shard(d)`` on mesh dim ``m`` puts mesh axis ``m`` on tensor axis ``d`` (mesh order, major
+        first); ``Partial`` is a pending sum over that mesh axis; other placements are no layout."""
+        mesh = tensor.device_mesh
+        names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+        per_axis: list[list[str]] = [[] for _ in range(tensor.ndim)]
+        pending: list[str] = []
+        exact = True
+        for name, placement in zip(names, tensor.placements, strict=True):
+            if placement.is_partial():
+                pending.append(name)
+            elif placement.is_shard() and type(placement).__name__ == "Shard":
+                per_axis[placement.dim].append(name)
+            elif not placement.is_replicate():
+                exact = False  # e.g. _StridedShard: not a mesh-axis layout
+        axes = tuple(None if not n else n[0] if len(n) == 1 else tuple(n) for n in per_axis)
+        return (axes if exact else None), tuple(pending), str(tuple(tensor.placements))
+
+    def reduce_pending(self, tensor: Any) -> Any:
+        from torch.distributed.tensor import Replicate
+
+        placements = [Replicate() if p.is_partial() else p for p in tensor.placements]
+        with self._spmd(tensor):
+            return tensor.redistribute(tensor.device_mesh, placements)
 
 
 def _numpy(tensor: Any) -> np.ndarray:
