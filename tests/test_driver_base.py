@@ -151,3 +151,229 @@ def test_forget_meshes_drops_every_binding(driver: ConcreteOnlyDriver) -> None:
     driver.bind_mesh(lc.Mesh((2,), ("x",)))
     driver.forget_meshes()
     assert driver._lc_bound == {} and driver._lc_origin == {}
+
+
+# -- records are checked against the native truth ---------------------------------------------------------
+class LyingDriver(lc.NumpyDriver):
+    """Its native_fetch_layout reports every tensor as replicated (a lie the records used to hide)."""
+
+    name = "lying"
+
+    def native_fetch_layout(self, tensor: Any) -> lc.Layout:
+        layout: lc.Layout = tensor.layout
+        return lc.Layout.replicated(layout.mesh.with_devices(tensor.devices), layout.rank)
+
+
+def test_fetch_layout_catches_a_lying_native_fetch_layout() -> None:
+    driver = LyingDriver(num_devices=4)
+    t = driver.distribute_tensor(np.arange(4), lc.Layout(["x"], lc.Mesh((2,), ("x",))))
+    with pytest.raises(lc.LayoutcoreError, match="native_fetch_layout"):
+        driver.fetch_layout(t)
+    # A replicated tensor reads back truthfully, so the same driver answers for it.
+    r = driver.distribute_tensor(np.arange(4), lc.Layout([None], lc.Mesh((2,), ("x",))))
+    assert driver.fetch_layout(r) == lc.Layout([None], lc.Mesh((2,), ("x",)))
+
+
+def test_the_call_with_layout_guard_asks_the_tensor_not_the_record() -> None:
+    class Sloppy(lc.NumpyDriver):
+        name = "sloppy"
+
+        def native_call_with_layout(self, fn, layout, devices, args, kwargs):  # type: ignore[no-untyped-def]
+            # Recorded as replicated by the inner distribute_tensor; the guard must still see it.
+            return self.distribute_tensor(fn(*args, **kwargs), lc.Layout([None] * layout.rank, layout.mesh))
+
+    with pytest.raises(lc.LayoutcoreError, match="sloppy"):
+        Sloppy(num_devices=4).call_with_layout(np.ones, lc.Layout(["x"], lc.Mesh((2,), ("x",))), (4,))
+
+
+def test_size_one_mesh_axes_agree_with_unsharded() -> None:
+    class Unsharding(ConcreteOnlyDriver):  # reads a size-1 axis back as unsharded, as TF does
+        def native_fetch_layout(self, tensor: Any) -> lc.Layout:
+            layout = super().native_fetch_layout(tensor)
+            return lc.Layout([None if a == "x" else a for a in layout.axes], layout.mesh)
+
+    driver = Unsharding(num_devices=4)
+    layout = lc.Layout(["x", "y"], lc.Mesh((1, 2), ("x", "y")))
+    assert driver.fetch_layout(driver.distribute_tensor(np.ones((2, 2)), layout)) == layout
+
+
+def test_a_hook_that_returns_its_input_for_a_renamed_mesh_is_refused() -> None:
+    class Aliasing(ConcreteOnlyDriver):  # as jax.device_put does for an equal sharding
+        def native_relayout(self, tensor: Any, layout: lc.Layout, devices: tuple[str, ...]) -> Any:
+            if tensor.layout.axes == layout.axes:
+                return tensor
+            return super().native_relayout(tensor, layout, devices)
+
+    driver = Aliasing(num_devices=4)
+    a_layout = lc.Layout(["x"], lc.Mesh((2,), ("x",), name="a"))
+    a = driver.distribute_tensor(np.arange(4), a_layout)
+    with pytest.raises(lc.LayoutcoreError, match="new tensor object"):
+        driver.relayout(a, lc.Layout(["x"], lc.Mesh((2,), ("x",), name="b")))
+    assert driver.fetch_layout(a) == a_layout  # the first handle's answer did not change
+    assert driver.relayout(a, a_layout) is a  # the very same layout: the same object is fine
+
+
+# -- traced values -------------------------------------------------------------------------------------------
+class Tracer:
+    """A stand-in for a compiler's symbolic value."""
+
+    shape = (4,)
+    dtype = np.dtype("float32")
+
+
+class TracingDriver(lc.NumpyDriver):
+    name = "tracing"
+    capabilities = lc.NumpyDriver.capabilities - {lc.Capability.TRACED}
+
+    def is_traced(self, value: Any) -> bool:
+        return isinstance(value, Tracer)
+
+
+def test_traced_values_need_the_capability() -> None:
+    driver = TracingDriver(num_devices=4)
+    layout = lc.Layout(["x"], lc.Mesh((2,), ("x",)))
+    for call in (
+        lambda: driver.distribute_tensor(Tracer(), layout),
+        lambda: driver.relayout(Tracer(), layout),
+        lambda: driver.fetch_layout(Tracer()),
+    ):
+        with pytest.raises(lc.UnsupportedLayoutError) as info:
+            call()
+        assert info.value.feature == "traced" and info.value.driver == "tracing"
+
+
+def test_traced_values_reach_the_hooks_unrecorded_with_the_capability() -> None:
+    seen: list[Any] = []
+
+    class Traces(TracingDriver):
+        capabilities = lc.NumpyDriver.capabilities
+
+        def native_distribute(self, value: Any, layout: lc.Layout, devices: tuple[str, ...]) -> Any:
+            seen.append(value)
+            return value  # a sharding constraint gives back a traced value
+
+    driver = Traces(num_devices=4)
+    tracer = Tracer()
+    assert driver.distribute_tensor(tracer, lc.Layout(["x"], lc.Mesh((2,), ("x",)))) is tracer
+    assert seen == [tracer] and driver.recorded_layout(tracer) is None
+
+
+# -- input validation ----------------------------------------------------------------------------------------
+LAYOUT = lc.Layout(["x", None], lc.Mesh((2,), ("x",)))
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, None, "text", [[1, 2], [3]]], ids=["dict", "None", "str", "ragged"])
+def test_distribute_tensor_refuses_what_is_no_array_naming_it(bad: Any) -> None:
+    with pytest.raises(lc.LayoutError) as info:
+        lc.distribute_tensor(bad, LAYOUT)
+    assert info.value.value is bad
+
+
+@pytest.mark.parametrize("bad", [None, 3, "ab", {"a": 1}])
+def test_pack_refuses_components_that_are_no_sequence(bad: Any) -> None:
+    with pytest.raises(lc.LayoutError) as info:
+        lc.pack(bad, LAYOUT)
+    assert info.value.value is bad and repr(bad)[:10] in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [5, "ab", (2.5, 2), (-1, 2)])
+def test_pack_refuses_a_global_shape_that_is_no_shape(bad: Any) -> None:
+    pieces = [np.zeros((2, 2)), np.zeros((2, 2))]
+    with pytest.raises(lc.LayoutError) as info:
+        lc.pack(pieces, LAYOUT, global_shape=bad)
+    assert info.value.value == bad
+
+
+def test_pack_names_a_component_of_the_wrong_shape_before_any_capability_question() -> None:
+    class EvenOnly(lc.NumpyDriver):
+        capabilities = frozenset()
+
+    with pytest.raises(lc.LayoutError) as info:  # (2, 4) then (3, 4): no chunk rule gives these
+        EvenOnly(num_devices=2).pack([np.zeros((2, 4)), np.zeros((3, 4))], LAYOUT)
+    assert not isinstance(info.value, lc.UnsupportedLayoutError)
+    assert "Component 0" in str(info.value) and info.value.value == (2, 4)
+
+
+class TFLikeDType:
+    """A framework dtype object NumPy cannot read directly (as TF's, with ``as_numpy_dtype``)."""
+
+    as_numpy_dtype = np.float32
+
+    def __str__(self) -> str:
+        return "<dtype: 'float32'>"
+
+
+class FrameworkTensor:
+    """A framework tensor whose dtype is spelled the framework's way."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+        self.shape = array.shape
+        self.dtype = TFLikeDType()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return self._array
+
+
+def test_pack_mixes_framework_and_numpy_components_of_one_dtype() -> None:
+    layout = lc.Layout([None], lc.Mesh((2,), ("x",)))
+    t = lc.pack([FrameworkTensor(np.ones(3, np.float32)), np.ones(3, np.float32)], layout)
+    assert lc.to_numpy(t).tolist() == [1, 1, 1]
+    with pytest.raises(lc.LayoutError, match="one dtype"):
+        lc.pack([FrameworkTensor(np.ones(3, np.float32)), np.ones(3, np.float64)], layout)
+
+
+def test_dtype_names_follow_numpy() -> None:
+    import ml_dtypes
+
+    assert _frontend.dtype_name(TFLikeDType()) == "float32"
+    assert _frontend.dtype_name(np.float16) == "float16"
+    assert _frontend.dtype_name(ml_dtypes.bfloat16) == "bfloat16"
+    assert _frontend.dtype_name("torch.bfloat16") == "bfloat16"  # NumPy has no name for it: the framework's
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "bfloat16", "float8_e4m3fn"])
+def test_replicas_holding_nan_pack(dtype: str) -> None:
+    import ml_dtypes
+
+    np_dtype = np.dtype(getattr(ml_dtypes, dtype, dtype))
+    data = np.array([np.nan, 1.0, 2.0]).astype(np_dtype)
+    layout = lc.Layout([None], lc.Mesh((2,), ("x",)))
+    t = lc.pack([data, data.copy()], layout)
+    wide = np.complex128 if np_dtype.kind == "c" else np.float64
+    assert np.array_equal(lc.to_numpy(t).astype(wide), data.astype(wide), equal_nan=True)
+    other = data.copy()
+    other[1] = 3.0
+    with pytest.raises(lc.LayoutError, match="differ"):
+        lc.pack([data, other], layout)
+
+
+def test_relayout_places_a_plain_value_as_distribute_tensor_does() -> None:
+    value = np.arange(8).reshape(4, 2)
+    placed = lc.relayout(value, LAYOUT)
+    assert lc.fetch_layout(placed) == LAYOUT
+    assert [c.tolist() for c in lc.unpack(placed)] == [
+        c.tolist() for c in lc.unpack(lc.distribute_tensor(value, LAYOUT))
+    ]
+    assert lc.to_numpy(lc.relayout([[1, 2], [3, 4]], LAYOUT)).tolist() == [[1, 2], [3, 4]]
+
+
+# -- threads ---------------------------------------------------------------------------------------------------
+def test_records_and_bindings_hold_under_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    driver = ConcreteOnlyDriver(num_devices=4)
+
+    def work(i: int) -> bool:
+        mesh = lc.Mesh((2,), ("x",), name=f"t{i % 7}")
+        layout = lc.Layout(["x"], mesh)
+        ok = True
+        for _ in range(50):
+            t = driver.distribute_tensor(np.arange(4) + i, layout)
+            r = driver.relayout(t, lc.Layout([None], mesh))
+            ok &= driver.fetch_layout(t) == layout and driver.fetch_layout(r) == lc.Layout([None], mesh)
+            ok &= driver.to_numpy(r).tolist() == (np.arange(4) + i).tolist()
+        return ok
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, range(32), timeout=120))

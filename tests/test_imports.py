@@ -170,3 +170,113 @@ def test_importing_a_plugin_package_imports_no_framework(package: Path) -> None:
         f"print(json.dumps({{'frameworks': {FRAMEWORKS_LOADED}}}))"
     )
     assert result == {"frameworks": []}
+
+
+# -- the core's modules import each other without a cycle -------------------------------------------------
+CORE = ROOT / "layoutcore"
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: module level and deferred ones inside functions,
+    classes and ``try`` blocks alike; only ``if TYPE_CHECKING:`` bodies (never executed) are left out."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if _is_type_checking_block(node):
+            for child in node.orelse:  # type: ignore[attr-defined]
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def core_import_graph(package: Path = CORE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at run time (``__init__`` stands for the package)."""
+    modules = {p.stem for p in package.glob("*.py")}
+    name = package.name
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module in modules:
+        tree = ast.parse((package / f"{module}.py").read_text(), filename=f"{name}/{module}.py")
+        for node in _runtime_imports(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.level == 1 or (node.level == 0 and node.module and node.module.split(".")[0] == name):
+                base = (node.module or "") if node.level == 1 else node.module.partition(".")[2]  # type: ignore[union-attr]
+                if base:
+                    targets = [f"{name}.{base}"]
+                else:  # `from . import x` / `from layoutcore import x`: a submodule, else the package itself
+                    targets = [f"{name}.{a.name}" if a.name in modules else name for a in node.names]
+            for target in targets:
+                parts = target.split(".")
+                if parts[0] != name:
+                    continue
+                dep = parts[1] if len(parts) > 1 and parts[1] in modules else "__init__"
+                if dep != module:
+                    graph[module].add(dep)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state:
+                cycle = visit(dep)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_core_modules_import_each_other_without_a_cycle() -> None:
+    graph = core_import_graph()
+    assert {"_driver", "_frontend", "_registry", "_variable", "_api"} <= set(graph)
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
+    # The layering the architecture describes: the contract knows no front-end, the front-end no registry.
+    assert "_frontend" not in graph["_driver"] and "_variable" not in graph["_frontend"]
+    assert "_registry" not in graph["_frontend"]
+
+
+def test_the_cycle_checker_sees_deferred_imports(tmp_path: Path) -> None:
+    package = tmp_path / "layoutcore"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import _a\n")
+    (package / "_a.py").write_text("from ._b import x\n")
+    (package / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ._c import y\n"  # never runs: no edge
+        "def f():\n    from ._a import z  # deferred: still an edge\n"
+    )
+    (package / "_c.py").write_text("import layoutcore._b\n")
+    graph = core_import_graph(package)
+    assert graph == {"__init__": {"_a"}, "_a": {"_b"}, "_b": {"_a"}, "_c": {"_b"}}
+    assert find_cycle(graph) == ["_a", "_b", "_a"]

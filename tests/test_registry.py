@@ -262,3 +262,91 @@ def test_use_driver_is_per_asyncio_task() -> None:
 
     assert asyncio.run(both()) == [2, 4]
     assert active_driver_name() == "numpy"
+
+
+# -- the value chooses the driver (DESIGN §2a) -------------------------------------------------------------
+class BoxArray:
+    """The native distributed tensor of the "box" driver below: a ShardedArray in a box."""
+
+    def __init__(self, inner: layoutcore.ShardedArray | None) -> None:
+        self.inner = inner
+
+
+class BoxDriver(NumpyDriver):
+    """A NumPy driver whose tensors are BoxArrays; an empty box is a plain (non-distributed) value."""
+
+    name = "box"
+    native_types = (f"{__name__}.BoxArray",)
+
+    def is_distributed(self, value: object) -> bool:
+        return isinstance(value, BoxArray) and value.inner is not None
+
+    def native_distribute(self, value, layout, devices):  # type: ignore[no-untyped-def]
+        return BoxArray(super().native_distribute(value, layout, devices))
+
+    def native_unpack(self, tensor):  # type: ignore[no-untyped-def]
+        return super().native_unpack(tensor.inner)
+
+    def native_relayout(self, tensor, layout, devices):  # type: ignore[no-untyped-def]
+        return BoxArray(super().native_relayout(tensor.inner, layout, devices))
+
+    def native_fetch_layout(self, tensor):  # type: ignore[no-untyped-def]
+        return super().native_fetch_layout(tensor.inner)
+
+    def native_to_numpy(self, tensor):  # type: ignore[no-untyped-def]
+        return super().native_to_numpy(tensor.inner)
+
+    def shape_of(self, value):  # type: ignore[no-untyped-def]
+        return super().shape_of(value.inner if isinstance(value, BoxArray) else value)
+
+
+@pytest.fixture
+def box() -> BoxArray:
+    register_driver("box", BoxDriver)
+    mesh = layoutcore.Mesh((2,), ("x",))
+    return layoutcore.distribute_tensor([1, 2, 3, 4], layoutcore.Layout(["x"], mesh), driver="box")  # type: ignore[no-any-return]
+
+
+def test_the_value_chooses_its_driver_ahead_of_the_environment(box: BoxArray, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAYOUTCORE_DRIVER", "numpy")
+    assert layoutcore.to_numpy(box).tolist() == [1, 2, 3, 4]
+    assert layoutcore.fetch_layout(box).axes == ("x",)
+    assert len(layoutcore.unpack(box)) == 2
+    moved = layoutcore.relayout(box, layoutcore.Layout([None], layoutcore.Mesh((2,), ("x",))))
+    assert isinstance(moved, BoxArray)
+    v = layoutcore.Variable(box)
+    assert v.driver.name == "box" and v.layout.axes == ("x",)
+    assert _registry.driver_for(v).name == "box"  # a Variable brings its own driver
+
+
+def test_driver_use_driver_and_set_driver_win_over_the_value(box: BoxArray) -> None:
+    with pytest.raises(layoutcore.NotDistributedError):
+        layoutcore.to_numpy(box, driver="numpy")
+    with use_driver("numpy"), pytest.raises(layoutcore.NotDistributedError):
+        layoutcore.to_numpy(box)
+    set_driver("numpy")
+    with pytest.raises(layoutcore.NotDistributedError):
+        layoutcore.to_numpy(box)
+
+
+def test_a_plain_value_of_a_native_type_is_not_claimed(box: BoxArray) -> None:
+    with pytest.raises(layoutcore.NotDistributedError) as info:
+        layoutcore.to_numpy(BoxArray(None))  # the box driver's type, but is_distributed says no
+    assert "numpy driver" in str(info.value)
+
+
+def test_the_value_is_matched_by_type_name_importing_nothing(box: BoxArray) -> None:
+    assert _registry._native_owner(BoxArray) == "box"
+    assert _registry._native_owner(layoutcore.ShardedArray) == "numpy"
+    assert _registry._native_owner(int) is None
+
+
+def test_unknown_name_does_not_list_a_driver_whose_framework_is_missing() -> None:
+    class NeedsFramework(NumpyDriver):
+        requires = ("layoutcore_no_such_framework_xyz",)
+
+    register_driver("needy", NeedsFramework)
+    with pytest.raises(DriverNotFoundError) as info:
+        get_driver("nopedriver")
+    assert "needy" not in info.value.installed and "'needy'" not in str(info.value)
+    assert "numpy" in info.value.installed

@@ -147,3 +147,62 @@ def test_handle_is_the_drivers_variable_state_and_follows_assign() -> None:
     v.assign(np.arange(4.0))
     assert v.handle.value is v.value
     assert to_numpy(v.handle.value).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- assign keeps the dtype (DESIGN §2a) ---------------------------------------------------------------------
+def test_assign_casts_what_same_kind_allows_and_keeps_the_dtype() -> None:
+    v = Variable(np.zeros(6, np.float32), Layout(["x"], MESH6))
+    v.assign(np.arange(6, dtype=np.int64))  # int64 -> float32 is a same_kind cast
+    assert v.numpy().dtype == np.float32 and v.numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    v.assign(np.full(6, 0.5))  # float64 -> float32
+    assert v.numpy().dtype == np.float32
+    v.assign(distribute_tensor(np.ones(6, np.float64), Layout(["x"], MESH6)))  # a distributed float64
+    assert v.numpy().dtype == np.float32 and v.numpy().tolist() == [1] * 6
+    assert fetch_layout(v.value) == Layout(["x"], MESH6)
+
+
+@pytest.mark.parametrize(
+    ("variable_dtype", "value"),
+    [(np.int32, np.full(6, 1.5)), (np.int64, np.ones(6, np.complex64)), (np.float32, np.ones(6, np.complex128))],
+)
+def test_assign_refuses_what_same_kind_cannot_cast(variable_dtype: type, value: np.ndarray) -> None:
+    v = Variable(np.zeros(6, variable_dtype), Layout(["x"], MESH6))
+    with pytest.raises(LayoutMismatchError) as info:
+        v.assign(value)
+    assert info.value.expected == np.dtype(variable_dtype) and info.value.actual == value.dtype
+    assert v.numpy().tolist() == [0] * 6  # unchanged
+
+
+def test_assign_refuses_what_is_no_array() -> None:
+    v = Variable(np.zeros(2))
+    with pytest.raises(LayoutError):
+        v.assign({"a": 1})
+
+
+# -- keras variables: their sharding is kept or the call refuses -----------------------------------------------
+def _keras_like(value: object, layout: object, path: str) -> object:
+    """An object of a class named as keras 3's Variable base, without importing keras."""
+    base = type("Variable", (), {"__module__": "keras.src.backend.common.variables"})
+    variable = type("JaxVariable", (base,), {"__module__": "keras.src.backend.jax.core"})()
+    variable.value = value  # type: ignore[attr-defined]
+    variable._layout = layout  # type: ignore[attr-defined]
+    variable.path = path  # type: ignore[attr-defined]
+    return variable
+
+
+def test_a_keras_variable_keeps_its_distributed_value_and_path() -> None:
+    layout = Layout(["x", U], MESH6)
+    sharded = distribute_tensor(np.arange(12.0).reshape(6, 2), layout)
+    v = Variable(_keras_like(sharded, "keras TensorLayout", "dense/kernel"))
+    assert v.layout == layout and v.path == "dense/kernel"
+    assert v.numpy().tolist() == np.arange(12.0).reshape(6, 2).tolist()
+
+
+def test_a_keras_variable_whose_sharding_would_be_lost_is_refused() -> None:
+    with pytest.raises(LayoutError, match="dense/kernel"):
+        Variable(_keras_like(np.zeros((6, 2)), "keras TensorLayout", "dense/kernel"))
+    # Without a keras layout, the plain value is replicated as any plain value is.
+    v = Variable(_keras_like(np.zeros((6, 2)), None, "dense/bias"))
+    assert v.layout.is_fully_replicated() and v.path == "dense/bias"
+    # With layout= the user decides.
+    assert Variable(_keras_like(np.zeros((6, 2)), "kl", "k"), Layout(["x", U], MESH6)).layout == Layout(["x", U], MESH6)
