@@ -1,4 +1,5 @@
-"""Module-level data functions: each dispatches to ``driver=``, the active driver, or (for those that take a distributed tensor) the value's own driver."""
+"""Module-level data functions: each dispatches to ``driver=``, else the active driver; those that take a
+distributed tensor, when no ``use_driver``/``set_driver`` is in force, to the value's own driver (DESIGN §2a)."""
 
 from __future__ import annotations
 
