@@ -250,10 +250,20 @@ class Driver(DriverHooks):
 
         Raises:
             NotDistributedError: ``value`` is not a distributed tensor of this driver.
+            UnsupportedLayoutError: ``value`` is traced (inside the framework's compiler), where
+                nothing can be read to the host (``feature="traced"``).
         """
         if isinstance(value, HoldsValue):
             value = value.value
         if not self.is_distributed(value):
+            if self.is_traced(value):
+                raise UnsupportedLayoutError(
+                    f"{what} cannot run on a value inside the {self.name} framework's compiler "
+                    f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function.",
+                    driver=self.name,
+                    feature=Capability.TRACED.value,
+                    value=value,
+                )
             raise NotDistributedError(
                 f"{what} needs a distributed tensor of the {self.name} driver. Received: "
                 f"{type(value).__module__}.{type(value).__qualname__}. Distribute it first with "

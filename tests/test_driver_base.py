@@ -242,6 +242,16 @@ def test_traced_values_need_the_capability() -> None:
         assert info.value.feature == "traced" and info.value.driver == "tracing"
 
 
+def test_host_reads_of_traced_values_are_refused_even_with_the_capability() -> None:
+    class Traces(TracingDriver):
+        capabilities = lc.NumpyDriver.capabilities
+
+    for call in (Traces(num_devices=4).to_numpy, Traces(num_devices=4).unpack):
+        with pytest.raises(lc.UnsupportedLayoutError) as info:
+            call(Tracer())
+        assert info.value.feature == "traced"
+
+
 def test_traced_values_reach_the_hooks_unrecorded_with_the_capability() -> None:
     seen: list[Any] = []
 
