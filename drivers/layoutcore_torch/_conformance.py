@@ -33,7 +33,11 @@ class TorchAdapter(ConformanceAdapter):
         device_mesh = tensor.device_mesh
         kind = str(device_mesh.device_type).upper()
         grid = [int(r) for r in device_mesh.mesh.flatten().tolist()]
-        local = tensor.to_local().detach()
+        # The DTensor's stored local tensor, read without dispatching an op: any op on a LocalTensor (to_local,
+        # detach) enters a process-global LocalTensorMode, which breaks the driver's work in other threads.
+        local = tensor._local_tensor
+        if not isinstance(local, LocalTensor):
+            local = tensor.to_local().detach()
         if isinstance(local, LocalTensor):  # the simulation: one tensor per simulated rank
             per_rank = local._local_tensors
             return [(f"{kind}:{r}", _numpy(per_rank[r])) for r in grid]

@@ -178,12 +178,14 @@ class TorchDriver(Driver):
         shards = {p: source[blocks[p]].clone(memory_format=self._torch.contiguous_format) for p in positions}
         result = self._from_local(shards, layout, shape, source)
         if value.requires_grad:  # as torch's distribute_tensor: a leaf that requires grad like its input
-            result.requires_grad_(True)
+            with self.spmd(mesh.size):
+                result.requires_grad_(True)
         return result
 
     def native_unpack(self, tensor: Any) -> list[Any]:
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
-        local = tensor.to_local()
+        with self.spmd(mesh.size):  # an op on a LocalTensor enters LocalTensorMode: under the simulation's lock
+            local = tensor.to_local()
         if self.world().simulated:
             if _private.is_local_tensor(local):
                 per_rank = _private.local_tensors(local)
@@ -210,10 +212,21 @@ class TorchDriver(Driver):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
-        if tensor.device_mesh is device_mesh and tuple(tensor.placements) == placements:
+        same = tensor.device_mesh is device_mesh and tuple(tensor.placements) == placements
+        if same and self.recorded_layout(tensor) == layout:
             return tensor  # already laid out so, on this very Mesh
         with self.spmd(mesh.size):
-            return tensor.redistribute(device_mesh, placements)
+            moved = tensor.redistribute(device_mesh, placements)
+            if moved is tensor:  # the same placements on an equal DeviceMesh, but another Layout: a new object
+                moved = self._DTensor.from_local(
+                    tensor.to_local(),
+                    device_mesh,
+                    placements,
+                    run_check=False,
+                    shape=tensor.shape,
+                    stride=tensor.stride(),
+                )
+            return moved
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
@@ -272,9 +285,10 @@ class TorchDriver(Driver):
     def variable_create(self, value: Any, layout: Layout) -> Any:
         """A DTensor ``nn.Parameter`` (gradients for floating dtypes) over its own copy of ``value``, so that
         two Variables made from one tensor never share storage."""
-        with self._torch.no_grad(), self.spmd(value.device_mesh.size()):
-            own = value.detach().clone()
-        return self._torch.nn.Parameter(own, requires_grad=own.dtype.is_floating_point or own.is_complex())
+        with self.spmd(value.device_mesh.size()):  # every op on a LocalTensor, Parameter's detach included
+            with self._torch.no_grad():
+                own = value.detach().clone()
+            return self._torch.nn.Parameter(own, requires_grad=own.dtype.is_floating_point or own.is_complex())
 
     def variable_read(self, handle: Any) -> Any:
         return handle
