@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import LayoutError, LayoutMismatchError
+from ._errors import LayoutError, LayoutMismatchError, UnsupportedLayoutError
 from ._frontend import Driver, HoldsValue, dtype_name
 from ._layout import Layout
 from ._layout_map import current_layout_map
@@ -111,7 +111,14 @@ class Variable(HoldsValue):
             value = value.value
         drv = self._driver
         if drv.is_distributed(value):
-            actual = drv.fetch_layout(value)
+            try:
+                actual = drv.fetch_layout(value)
+            except UnsupportedLayoutError as err:
+                if err.feature != "partial":
+                    raise
+                # Pending sums (torch's Partial) have no Layout: reduce them into the variable's (DESIGN §6).
+                value = drv.relayout(value, self._layout)
+                actual = self._layout
             if actual != self._layout:
                 raise LayoutMismatchError(
                     f"Cannot assign a value laid out as {actual!r} to {self._name()} with layout "
