@@ -7,8 +7,9 @@ one page run in order in one namespace, as doctest would; expected output is che
 with ``LAYOUTCORE_CPU_DEVICES=8`` and no ``LAYOUTCORE_DRIVER``, so no page sees a driver chosen or
 registered by another test, and a page may call ``register_driver``/``set_driver`` freely.
 
-A block fenced as ```` ```python no-run ```` is shown but not run; the sentence before it must say
-why (containing "not run"), and such blocks must stay rare.
+A block fenced as ```` ```python {.no-run} ```` is shown but not run; the sentence before it must say
+why (containing "not run"), and such blocks must stay rare. (The braces matter: pymdownx.superfences
+takes only attribute lists after the language, and renders ```` ```python no-run ```` as prose.)
 
 This file is also the runner: ``python tests/test_docs.py PAGE.md`` runs one page's blocks, with
 tracebacks that point at the page's own line numbers.
@@ -90,7 +91,7 @@ def extract_blocks(text: str) -> list[Block]:
             Block(
                 line=i + 2,
                 language=words[0].lower() if words else "",
-                flags=tuple(words[1:]),
+                flags=tuple(w for w in (w.strip("{}.") for w in words[1:]) if w),  # "{.no-run}" -> "no-run"
                 code=textwrap.dedent("\n".join(body)) + "\n",
                 preceding=" ".join(prose),
             )

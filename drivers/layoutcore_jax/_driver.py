@@ -213,6 +213,11 @@ class JaxDriver(Driver):
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(value):
             return _array(self._constrain(value, layout, devices))
+        if isinstance(value, np.ndarray) and value.flags.writeable:
+            # A snapshot (Driver.input_aliasing): on CPU, device_put aliases aligned NumPy buffers zero-copy
+            # (may_alias=False does not stop it in jax 0.10.2) and may read the input after it returns, so a
+            # later write by the caller would show through. A private copy nobody else can write is safe.
+            value = value.copy()
         return _array(self._jax.device_put(value, self._sharding(layout, devices)))
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
@@ -240,7 +245,8 @@ class JaxDriver(Driver):
         # device_put onto the component's own device is free for a jax.Array already there.
         arrays = [
             jax.device_put(
-                _jax_numpy(component, f"component {i}") if isinstance(component, np.ndarray) else component,
+                # A private copy of a NumPy component, as in native_distribute (the snapshot rule).
+                _jax_numpy(component, f"component {i}").copy() if isinstance(component, np.ndarray) else component,
                 self._by_name[devices[p]],
             )
             for i, (p, component) in enumerate(zip(positions, components, strict=True))

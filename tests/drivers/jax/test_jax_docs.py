@@ -18,6 +18,8 @@ RUNNER = REPO / "tests" / "test_docs.py"
 def test_page_blocks_run_in_order_in_one_namespace() -> None:
     text = PAGE.read_text("utf-8")
     assert len(re.findall(r"^```python[ \t]*$", text, re.MULTILINE)) >= 7, "the page lost its examples"
+    # superfences renders a fence with bare words after the language ("```python no-run") as prose.
+    assert not re.search(r"^```python[ \t]+[^{ \t\n]", text, re.MULTILINE), "use ```python {.no-run}"
     program = f"import runpy, sys\nsys.argv = ['test_docs', {str(PAGE)!r}]\nrunpy.run_path({str(RUNNER)!r}, run_name='__main__')\n"
     proc = run_python(program, env={"LAYOUTCORE_CPU_DEVICES": "8"}, timeout=240)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
