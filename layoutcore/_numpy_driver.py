@@ -189,6 +189,8 @@ class NumpyDriver(Driver):
 
     name = "numpy"
     capabilities = frozenset(Capability)  # traced included, vacuously: NumPy has no compiler, so no tracer
+    # Components are read-only views of the caller's array (no copy): its later writes show through.
+    input_aliasing = "shares"
     native_types = ("layoutcore._numpy_driver.ShardedArray",)
     install_hint = "pip install layoutcore"
     conformance_adapter = "layoutcore_conformance.adapters:NumpyAdapter"
