@@ -36,7 +36,7 @@ from ._errors import (
 )
 from ._frontend import Driver
 from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
-from ._layout_map import LayoutMap, MatchReport, current_layout_map, layout_map_scope
+from ._layout_map import LayoutMap, MatchReport, current_layout_map
 from ._mesh import DeviceMesh, Mesh, MeshDimension, create_mesh
 from ._numpy_driver import NumpyDriver, ShardedArray
 from ._plan import Plan, PlanEntry, RelayoutPlan, Transfer, plan, relayout_plan
@@ -52,6 +52,7 @@ from ._registry import (
     set_driver,
     use_driver,
 )
+from ._scope import layout_map_scope
 from ._trees import distribute_tree, tree_layouts
 from ._variable import DVariable, Variable
 

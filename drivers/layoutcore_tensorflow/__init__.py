@@ -13,6 +13,8 @@ forms :func:`as_proto`, :func:`serialized_string`, :func:`mesh_proto`, :func:`fr
 from __future__ import annotations
 
 from ._convert import (
+    MAX_NATIVE_MESHES,
+    MeshLimitError,
     as_proto,
     from_proto,
     from_str,
@@ -27,6 +29,8 @@ from ._driver import TensorFlowDriver
 from ._runtime import MultiClientInitError, initialize_multi_client
 
 __all__ = [
+    "MAX_NATIVE_MESHES",
+    "MeshLimitError",
     "MultiClientInitError",
     "TensorFlowDriver",
     "as_proto",

@@ -46,7 +46,57 @@ class TensorFlowAdapter(ConformanceAdapter):
         return a - b
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
-        return _tf().function(fn, autograph=False)  # type: ignore[no-any-return]
+        """``tf.function(fn)``, called with every plain tensor argument made a replicated DTensor.
+
+        TF runs a function on DTensor's device only when an input is a DTensor (or under
+        ``dtensor.run_on(mesh)``); a function of plain tensors runs on the CPU, where DTensor's ops
+        have no kernel. So, as a DTensor user does, plain arguments are copied to the mesh that
+        the traced graph's first ``Relayout`` op names (raw ``dtensor.copy_to_mesh``).
+        """
+        tf = _tf()
+        from tensorflow.experimental import dtensor
+
+        function = tf.function(fn, autograph=False)
+
+        def call(*args: Any) -> Any:
+            if all(dtensor.is_dtensor(a) for a in args if isinstance(a, tf.Tensor)):
+                return function(*args)
+            graph = function.get_concrete_function(*args).graph
+            relayouts = [op for op in graph.get_operations() if op.type == "Relayout"]
+            if not relayouts:
+                return function(*args)
+            mesh = dtensor.Layout.from_string(relayouts[0].get_attr("layout").decode()).mesh
+            placed = [
+                dtensor.copy_to_mesh(a, dtensor.Layout.replicated(mesh, a.shape.rank))
+                if isinstance(a, tf.Tensor) and not dtensor.is_dtensor(a)
+                else a
+                for a in args
+            ]
+            return function(*placed)
+
+        return call
+
+    # -- SPMD section: TF's operations on DTensors (DTensor's SPMD expansion) ----------------------
+    def matmul(self, a: Any, b: Any) -> Any:
+        return _tf().linalg.matmul(a, b)
+
+    def einsum(self, subscripts: str, *operands: Any) -> Any:
+        return _tf().einsum(subscripts, *operands)
+
+    def add(self, a: Any, b: Any) -> Any:
+        return _tf().math.add(a, b)
+
+    def sum(self, tensor: Any, axis: int | tuple[int, ...] | None = None) -> Any:
+        return _tf().math.reduce_sum(
+            tensor, axis=None if axis is None else list(axis) if isinstance(axis, tuple) else axis
+        )
+
+    def output_layout(self, tensor: Any) -> tuple[tuple[Any, ...] | None, tuple[str, ...], str]:
+        from tensorflow.experimental import dtensor
+
+        layout = dtensor.fetch_layout(tensor)
+        specs = list(layout.sharding_specs)
+        return tuple(None if s == "unsharded" else s for s in specs), (), f"sharding_specs {specs}"
 
 
 def _name(tf: Any, device: str) -> str:

@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from layoutcore import Layout, LayoutError, Mesh, get_driver
+from layoutcore import Layout, LayoutcoreError, LayoutError, Mesh, get_driver
 
 from ._runtime import canonical_names, configure_cpu_devices, full_name, global_device_names, tf_modules
 
 __all__ = [
+    "MAX_NATIVE_MESHES",
+    "MeshLimitError",
     "as_proto",
     "from_proto",
     "from_str",
@@ -39,17 +41,38 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-# (mesh, bound devices) -> dtensor.Mesh; (layout, bound devices) -> dtensor.Layout.
-_native_meshes: dict[tuple[Mesh, tuple[str, ...]], Any] = {}
+
+#: The most distinct ``dtensor.Mesh`` objects one process makes. TF gives every mesh it runs an op
+#: on a pool of OS threads (8 on an 8-device CPU host, measured on TF 2.21) that lives as long as
+#: the process; a loop over ~4 000 distinct meshes ended in ``pthread_create() failed`` and an
+#: abort. Past this bound :func:`native_mesh` raises :class:`MeshLimitError` instead.
+MAX_NATIVE_MESHES = 1024
+#: Bound of the (recomputable) layout conversion caches, in entries; a full cache is cleared.
+_LAYOUT_CACHE_SIZE = 4096
+
+# The TF identity of a mesh (axis names, shape, name, bound devices) -> dtensor.Mesh. Meshes that
+# TF cannot tell apart (an abstract mesh and the concrete mesh it binds to) share one native mesh.
+# Never evicted: TF keeps each native mesh's threads anyway.
+_native_meshes: dict[tuple[tuple[str, ...], tuple[int, ...], str, tuple[str, ...]], Any] = {}
+# (layout, bound devices) -> dtensor.Layout.
 _native_layouts: dict[tuple[Layout, tuple[str, ...]], Any] = {}
 # dtensor.Layout.to_string() -> concrete layoutcore Layout. TF's own __hash__ serialises a
 # proto (~12 us); its string is built in C++ (~2 us), so the string is the key.
 _from_native: dict[str, Layout] = {}
 
 
+class MeshLimitError(LayoutcoreError, RuntimeError):
+    """More distinct meshes than :data:`MAX_NATIVE_MESHES` in one process (TF keeps threads per mesh)."""
+
+
 def native_mesh(mesh: Mesh, devices: tuple[str, ...], local: frozenset[str]) -> Any:
-    """The ``dtensor.Mesh`` of ``mesh`` bound to ``devices`` (row-major); ``local``: this client's."""
-    key = (mesh, devices)
+    """The ``dtensor.Mesh`` of ``mesh`` bound to ``devices`` (row-major); ``local``: this client's.
+
+    Raises:
+        LayoutError: no device of the mesh is in this client (TF crashes on such "remote" meshes).
+        MeshLimitError: this would be native mesh number :data:`MAX_NATIVE_MESHES` + 1.
+    """
+    key = (mesh.axis_names, mesh.shape, mesh.name, devices)
     try:
         return _native_meshes[key]
     except KeyError:
@@ -61,16 +84,28 @@ def native_mesh(mesh: Mesh, devices: tuple[str, ...], local: frozenset[str]) -> 
         raise LayoutError(
             f"{mesh!r} has no device in this client ({sorted(local)}); TF cannot use it here.", value=mesh
         )
-    native = dtensor.Mesh(
-        dim_names=list(mesh.axis_names),
-        global_device_ids=np.arange(mesh.size).reshape(mesh.shape),
-        local_device_ids=positions,
-        local_devices=[full_name(devices[p]) for p in positions],
-        mesh_name=mesh.name,
-    )
     with _lock:
-        _native_meshes.setdefault(key, native)
-    return _native_meshes[key]
+        if key not in _native_meshes and len(_native_meshes) >= MAX_NATIVE_MESHES:
+            raise MeshLimitError(
+                f"{mesh!r} would be the {MAX_NATIVE_MESHES + 1}th distinct mesh of this process. TensorFlow keeps a "
+                "pool of OS threads for every DTensor mesh it has used until the process ends (8 per mesh on an "
+                "8-device host), so layoutcore_tensorflow stops at MAX_NATIVE_MESHES="
+                f"{MAX_NATIVE_MESHES}. Reuse meshes: meshes equal in axis names, shape, name and devices share one.",
+                value=mesh,
+            )
+        native = dtensor.Mesh(
+            dim_names=list(mesh.axis_names),
+            global_device_ids=np.arange(mesh.size).reshape(mesh.shape),
+            local_device_ids=positions,
+            local_devices=[full_name(devices[p]) for p in positions],
+            mesh_name=mesh.name,
+        )
+        return _native_meshes.setdefault(key, native)
+
+
+def native_mesh_count() -> int:
+    """How many distinct ``dtensor.Mesh`` objects this process has made (at most :data:`MAX_NATIVE_MESHES`)."""
+    return len(_native_meshes)
 
 
 def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str]) -> Any:
@@ -85,9 +120,12 @@ def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str
     native = dtensor.Layout(layout.sharding_specs, native_mesh(mesh, devices, local))
     concrete = layout if mesh.devices == devices else layout.with_mesh(mesh.with_devices(devices))
     with _lock:
-        _native_layouts.setdefault(key, native)
+        if len(_native_layouts) >= _LAYOUT_CACHE_SIZE:
+            _native_layouts.clear()
+        if len(_from_native) >= _LAYOUT_CACHE_SIZE:
+            _from_native.clear()
         _from_native.setdefault(native.to_string(), concrete)
-    return _native_layouts[key]
+        return _native_layouts.setdefault(key, native)
 
 
 def _bind(mesh: Mesh) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -211,24 +249,65 @@ def from_tensorflow_layout(native: Any) -> Layout:
         raise LayoutError(f"TF's {dtensor.MATCH!r} placeholder is not a layout. Received: {text!r}", value=native)
     layout = Layout(specs, from_tensorflow_mesh(native.mesh))
     with _lock:
-        _from_native.setdefault(text, layout)
-    return layout
+        if len(_from_native) >= _LAYOUT_CACHE_SIZE:
+            _from_native.clear()
+        return _from_native.setdefault(text, layout)
 
 
 # -- the seed's binary forms -------------------------------------------------------------------------
 def as_proto(value: Layout | Mesh) -> Any:
     """TF's ``LayoutProto`` of a Layout or ``MeshProto`` of a Mesh (the seed's ``Layout.as_proto()``).
 
+    A pure value conversion, as TF's own: a concrete mesh is written from its fields, whatever
+    its devices (a TPU mesh on a CPU host gives its TPU device names). The devices of this
+    client are listed as local ones (all of them in a single-client process); a mesh with no
+    device here lists every device, as TF's ``Mesh.from_string`` of its string does. An abstract
+    mesh is first bound to the tensorflow driver's devices, as by :func:`to_tensorflow_mesh`.
+
     Raises:
-        LayoutError, UnsupportedLayoutError: as :func:`to_tensorflow_layout` / :func:`to_tensorflow_mesh`.
+        LayoutError: not a Layout or Mesh, a layout without a mesh, or an abstract mesh larger
+            than this process's device count.
+        UnsupportedLayoutError: an entry spans several mesh axes (TF cannot express it).
     """
+    tf_modules()
+    from tensorflow.dtensor.proto import layout_pb2
+
     if isinstance(value, Mesh):
-        return to_tensorflow_mesh(value).as_proto()
-    return to_tensorflow_layout(value).as_proto()
+        return _mesh_proto(layout_pb2, value)
+    if not isinstance(value, Layout):
+        raise LayoutError(f"Expected a layoutcore Layout or Mesh. Received: {value!r}", value=value)
+    if value.mesh is None:
+        raise LayoutError(f"{value!r} has no mesh; bind one with layout.with_mesh(mesh).", value=value)
+    specs = value.sharding_specs  # raises UnsupportedLayoutError for a multi-axis entry
+    return layout_pb2.LayoutProto(
+        sharding_specs=[layout_pb2.ShardingSpec(sharding_spec=s) for s in specs],
+        mesh_config=_mesh_proto(layout_pb2, value.mesh),
+        type=layout_pb2.LayoutProto.STATIC,
+    )
+
+
+def _mesh_proto(layout_pb2: Any, mesh: Mesh) -> Any:
+    if mesh.devices is None:
+        devices, local = _bind(mesh)
+    else:
+        devices = mesh.devices
+        local = get_driver("tensorflow").local_devices  # type: ignore[attr-defined]
+    positions = [p for p, d in enumerate(devices) if d in local] or range(mesh.size)
+    return layout_pb2.MeshProto(
+        name=mesh.name,
+        mesh_dimensions=[
+            layout_pb2.MeshDimensionProto(name=a, size=s) for a, s in zip(mesh.axis_names, mesh.shape, strict=True)
+        ],
+        global_device_ids=range(mesh.size),
+        local_device_ids=positions,
+        local_devices=[full_name(devices[p]) for p in positions],
+    )
 
 
 def mesh_proto(layout: Layout) -> Any:
-    """The ``MeshProto`` of ``layout``'s mesh (the seed's ``Layout.mesh_proto()``)."""
+    """The ``MeshProto`` of ``layout``'s mesh (the seed's ``Layout.mesh_proto()``); pure, as :func:`as_proto`."""
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"Expected a layoutcore Layout. Received: {layout!r}", value=layout)
     return as_proto(layout).mesh_config
 
 

@@ -6,22 +6,45 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from layoutcore import Capability, Driver, Layout, LayoutError, Mesh
+from layoutcore import Capability, Driver, Layout, LayoutError, Mesh, UnsupportedLayoutError
 
 from ._convert import from_tensorflow_layout, native_layout
+from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, tf_modules
 
+if TYPE_CHECKING:
+    import contextlib
+
+    from layoutcore import LayoutMap
+
 __all__ = ["TensorFlowDriver"]
+
+_Hook = TypeVar("_Hook", bound=Callable[..., Any])
 
 #: Up to this many bytes ``distribute_tensor`` packs the distinct blocks of the input (0.4 ms for
 #: 1 KiB to 1 MiB on a 4x2 mesh, against 2-3 ms for DTensor's ``relayout(copy_to_mesh(x))``); above
 #: it, it takes DTensor's own path, whose time varied least between runs at 16-64 MiB
 #: (benchmarks/bench_tensorflow.py; measurements on a shared 2-core machine).
 PACK_MAX_BYTES = 4 << 20
+#: Bound of the per-mesh tables (local positions, replicated native layouts), in entries.
+_TABLE_SIZE = 1024
+
+
+def _serialized(hook: _Hook) -> _Hook:
+    """Run a hook under the driver's lock: DTensor deadlocks when two threads issue collectives on one
+    mesh at once (two replicating relayouts, measured on TF 2.21) and crashes when two threads create
+    DVariables at once (a segfault in the conformance suite's thread test)."""
+
+    @functools.wraps(hook)
+    def serialized(self: TensorFlowDriver, *args: Any, **kwargs: Any) -> Any:
+        with self._tf_lock:
+            return hook(self, *args, **kwargs)
+
+    return serialized  # type: ignore[return-value]
 
 
 def _device_type(name: str) -> str:
@@ -40,10 +63,30 @@ class TensorFlowDriver(Driver):
     only, and its cross-mesh ``copy_to_mesh`` of replicated values can deadlock): the value is
     read once with :meth:`to_numpy` and placed as by :meth:`distribute_tensor`, so for the
     duration of the call the whole value lives in host memory.
+
+    Threads: DTensor deadlocks when two threads issue collectives at once (two replicating
+    ``relayout`` calls on one mesh hang for good on TF 2.21) and crashes when two threads create
+    DVariables at once, so every hook holds one driver-wide lock while DTensor runs: layoutcore's
+    calls from many threads are safe and run one at a time. TF operations a user runs on
+    DTensors from several threads are not covered.
+
+    Memory: ``distribute_tensor`` of a NumPy array copies it first (a snapshot): TF would
+    otherwise alias a 64-byte-aligned input (and a memmap), so later writes by the caller would
+    show through. Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout``
+    and ``distribute_tensor`` add DTensor's ``Relayout`` op, and ``fetch_layout`` answers where
+    the graph fixes the layout (see :mod:`layoutcore_tensorflow._graph`).
     """
 
     name = "tensorflow"
-    capabilities = frozenset({Capability.RELAYOUT_ACROSS_MESHES})
+    capabilities = frozenset({Capability.RELAYOUT_ACROSS_MESHES, Capability.TRACED})
+    #: ``distribute_tensor`` copies NumPy inputs (see :meth:`prepare_input`).
+    input_aliasing = "snapshot"
+    #: A DTensor is an ``EagerTensor`` on DTensor's custom device (a plain eager tensor has the same
+    #: type: :meth:`is_distributed` tells them apart by its device); a ``DVariable`` is its own class.
+    native_types = (
+        "tensorflow.python.framework.ops.EagerTensor",
+        "tensorflow.dtensor.python.d_variable.DVariable",
+    )
     requires = ("tensorflow",)
     install_hint = "pip install 'layoutcore[tensorflow]'"
     conformance_adapter = "layoutcore_tensorflow._conformance:TensorFlowAdapter"
@@ -58,10 +101,16 @@ class TensorFlowDriver(Driver):
         self.local_devices: frozenset[str] = local
         self._multi_client = len(local) != len(devices)
         self._positions: dict[tuple[str, ...], tuple[int, ...]] = {}
-        self._replicated: dict[tuple[Mesh, int, tuple[str, ...]], Any] = {}
+        self._replicated: dict[tuple[tuple[str, ...], tuple[int, ...], str, int, tuple[str, ...]], Any] = {}
         self._wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._wrapped_strong: dict[Any, Any] = {}
         self._fn_lock = threading.Lock()
+        #: Held around every DTensor call (see the class docstring and :func:`_serialized`).
+        self._tf_lock = threading.RLock()
+        from tensorflow.python.framework.ops import EagerTensor
+
+        self._eager_tensor = EagerTensor
+        self._dtensor_device = self._dtensor.device_name()
 
     # -- devices ------------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -82,6 +131,8 @@ class TensorFlowDriver(Driver):
             return self._positions[devices]
         except KeyError:
             positions = tuple(p for p, d in enumerate(devices) if d in self.local_devices)
+            if len(self._positions) >= _TABLE_SIZE:
+                self._positions.clear()
             self._positions[devices] = positions
             return positions
 
@@ -97,18 +148,30 @@ class TensorFlowDriver(Driver):
         return native_layout(layout, devices, self.local_devices)
 
     def _replicated_native(self, mesh: Mesh, rank: int, devices: tuple[str, ...]) -> Any:
-        key = (mesh, rank, devices)
+        key = (mesh.axis_names, mesh.shape, mesh.name, rank, devices)
         try:
             return self._replicated[key]
         except KeyError:
             native = self._native(Layout.replicated(mesh, rank), devices)
+            if len(self._replicated) >= _TABLE_SIZE:
+                self._replicated.clear()
             self._replicated[key] = native
             return native
 
     # -- tensors ------------------------------------------------------------------------------
     def is_distributed(self, value: Any) -> bool:
+        if isinstance(value, self._eager_tensor):
+            # A DTensor sits on DTensor's custom device; a plain eager tensor never does.
+            return bool(value.device == self._dtensor_device)
         tf = self._tf
-        return isinstance(value, (tf.Tensor, tf.Variable)) and bool(self._dtensor.is_dtensor(value))
+        if isinstance(value, tf.Variable):
+            return bool(self._dtensor.is_dtensor(value))
+        # Inside tf.function every tensor of a DTensor function is a DTensor; TF checks at run time.
+        return self.is_traced(value)
+
+    def is_traced(self, value: Any) -> bool:
+        """A symbolic tensor of a ``tf.function`` (or ``tf.Graph``) being traced."""
+        return isinstance(value, self._tf.Tensor) and not isinstance(value, self._eager_tensor)
 
     def _tensor(self, value: Any) -> Any:
         # A DVariable is a DTensor for fetch_layout but not for unpack/relayout: read it.
@@ -117,17 +180,42 @@ class TensorFlowDriver(Driver):
     def prepare_input(self, value: Any) -> Any:
         if isinstance(value, self._tf.Variable):
             return value.read_value()
+        if isinstance(value, np.ndarray):
+            # A snapshot: TF aliases 64-byte-aligned arrays (and memmaps) instead of copying them, so
+            # the caller's later writes would show through the distributed value (DESIGN §2a).
+            return np.array(value, copy=True)
         return super().prepare_input(value)
 
+    def shape_of(self, value: Any) -> tuple[int, ...]:
+        """The global shape; inside ``tf.function`` a dimension TF does not know yet counts as 0.
+
+        Raises:
+            UnsupportedLayoutError: a traced tensor of unknown rank.
+        """
+        shape = value.shape
+        if getattr(shape, "rank", 0) is None:
+            raise UnsupportedLayoutError(
+                f"A tensor of unknown rank inside tf.function has no layout to check: {value!r}. Give the "
+                "tf.function an input_signature with known ranks.",
+                driver=self.name,
+                feature=Capability.TRACED.value,
+                value=value,
+            )
+        return tuple(0 if s is None else int(s) for s in shape)
+
+    @_serialized
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
         native = self._native(layout, devices)
-        if layout.is_fully_replicated():
+        if not self._tf.executing_eagerly():
+            # Tracing a tf.function: DTensor's Relayout op is the sharding constraint.
+            return dtensor.relayout(self._tf.convert_to_tensor(value), native)
+        if native.is_fully_replicated():  # TF's notion: a size-1 sharded axis is not replicated there
             return dtensor.copy_to_mesh(value, native)
         shape = self.shape_of(value)
         if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES:
             replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
-            return dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native)
+            return self._exact(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout, native)
         # Small values: a pack of the distinct blocks, each sliced from the input once.
         slices = _slices(layout, shape)
         blocks = layout.offset_to_shard()
@@ -140,18 +228,33 @@ class TensorFlowDriver(Driver):
             components.append(made[block])
         return dtensor.pack(components, native)
 
+    @_serialized
     def native_unpack(self, tensor: Any) -> list[Any]:
+        self._refuse_traced(tensor, "unpack")
         return list(self._dtensor.unpack(self._tensor(tensor)))
 
+    @_serialized
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
         return self._dtensor.pack(components, self._native(layout, devices))
 
+    @_serialized
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
         tensor = self._tensor(tensor)
         native = self._native(layout, devices)
+        if self.is_traced(tensor):
+            known = graph_layout_string(self._tf, dtensor, tensor)
+            if known is not None and known.split(" mesh:", 1)[1] != native.mesh.to_string():
+                raise UnsupportedLayoutError(
+                    f"Inside tf.function the tensorflow driver relayouts within one mesh only (DTensor's Relayout op); "
+                    f"{tensor!r} is on another mesh than {layout}. Move it between meshes outside the function.",
+                    driver=self.name,
+                    feature=Capability.TRACED.value,
+                    value=layout,
+                )
+            return dtensor.relayout(tensor, native)
         source = dtensor.fetch_layout(tensor)
         if source.to_string() == native.to_string():
             # TF's own no-op relayout costs ~1 ms. DTensors are immutable: hand back the same one,
@@ -165,16 +268,31 @@ class TensorFlowDriver(Driver):
             # should be non-empty"), so build the empty components directly.
             return self.native_distribute(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string():
-            return dtensor.relayout(tensor, native)
+            return self._exact(dtensor.relayout(tensor, native), layout, native)
         # Another mesh. DTensor's relayout works within one mesh, and its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), so
         # the value goes through host memory: read once, then placed as distribute_tensor does.
         return self.native_distribute(self.native_to_numpy(tensor), layout, devices)
 
+    @_serialized
     def native_fetch_layout(self, tensor: Any) -> Layout:
+        if self.is_traced(tensor):
+            known = graph_layout_string(self._tf, self._dtensor, tensor)
+            if known is None:
+                raise UnsupportedLayoutError(
+                    f"Inside tf.function DTensor fixes the layout of {tensor.op.type!r} outputs only when it compiles "
+                    f"the function, so it is not known while tracing ({tensor!r}). Give the tensor its layout inside "
+                    "the function with layoutcore.relayout (a DTensor Relayout op), or ask outside the function.",
+                    driver=self.name,
+                    feature=Capability.TRACED.value,
+                    value=tensor,
+                )
+            return from_tensorflow_layout(self._dtensor.Layout.from_string(known))
         return from_tensorflow_layout(self._dtensor.fetch_layout(tensor))
 
+    @_serialized
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
+        self._refuse_traced(tensor, "to_numpy")
         dtensor = self._dtensor
         tensor = self._tensor(tensor)
         native = dtensor.fetch_layout(tensor)
@@ -201,6 +319,17 @@ class TensorFlowDriver(Driver):
             out[slices[positions[index]]] = components[index].numpy()
         return out
 
+    def _refuse_traced(self, tensor: Any, what: str) -> None:
+        if self.is_traced(tensor):
+            raise UnsupportedLayoutError(
+                f"{what} reads per-device data on the host, which a tf.function being traced cannot do; call it "
+                "outside the function.",
+                driver=self.name,
+                feature=Capability.TRACED.value,
+                value=tensor,
+            )
+
+    @_serialized
     def native_call_with_layout(
         self,
         fn: Callable[..., Any],
@@ -218,8 +347,29 @@ class TensorFlowDriver(Driver):
         """
         # Shape-independent refusals (several mesh axes on one tensor axis) before tracing fn.
         self.check_layout(layout, (0,) * layout.rank)
+        if not self._tf.executing_eagerly():
+            # Inside a tf.function being traced: fn's ops join the graph, and DTensor's Relayout op
+            # gives the result its layout (what dtensor.call_with_layout itself does in a graph).
+            output = fn(*args, **kwargs)
+            self._check_output(fn, output, layout)
+            return self._dtensor.relayout(output, self._native(layout, devices))
         function = self._as_function(fn)
-        output = function.get_concrete_function(*args, **kwargs).structured_outputs
+        self._check_output(fn, function.get_concrete_function(*args, **kwargs).structured_outputs, layout)
+        native = self._native(layout, devices)
+        return self._exact(self._dtensor.call_with_layout(function, native, *args, **kwargs), layout, native)
+
+    def _exact(self, result: Any, layout: Layout, native: Any) -> Any:
+        """``result`` with exactly ``native`` as its layout.
+
+        DTensor's relayout and call_with_layout write a tensor axis sharded over a size-1 mesh axis
+        as unsharded; both hold the same components, so they are packed again under ``native``.
+        """
+        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        if all(a is None or mesh.axis_size(a) != 1 for a in layout.axes):  # type: ignore[arg-type]
+            return result
+        return self._dtensor.pack(self._dtensor.unpack(result), native)
+
+    def _check_output(self, fn: Callable[..., Any], output: Any, layout: Layout) -> None:
         if not isinstance(output, self._tf.Tensor):
             raise LayoutError(
                 f"call_with_layout needs fn to return one tensor; {fn!r} returns {type(output).__name__}.", value=fn
@@ -227,8 +377,6 @@ class TensorFlowDriver(Driver):
         if output.shape.rank is not None:
             shape = tuple(0 if s is None else int(s) for s in output.shape)
             self.check_layout(layout, shape)  # a rank mismatch or an uneven axis: layoutcore's error, not TF's
-        native = self._native(layout, devices)
-        return self._dtensor.call_with_layout(function, native, *args, **kwargs)
 
     def _as_function(self, fn: Callable[..., Any]) -> Any:
         tf = self._tf
@@ -251,16 +399,33 @@ class TensorFlowDriver(Driver):
             return found
 
     # -- variables: dtensor.DVariable ---------------------------------------------------------
+    @_serialized
     def variable_create(self, value: Any, layout: Layout) -> Any:
         variable = self._dtensor.DVariable(value)
         variable._layoutcore_layout = layout  # what fetch_layout of a read answers
         return variable
 
+    @_serialized
     def variable_read(self, handle: Any) -> Any:
         return handle.read_value()
 
+    @_serialized
     def variable_assign(self, handle: Any, value: Any) -> None:
         handle.assign(value)
+
+    # -- tf-keras ------------------------------------------------------------------------------
+    def enter_layout_map_scope(self, layout_map: LayoutMap) -> contextlib.AbstractContextManager[Any]:
+        """tf-keras' ``layout_map_scope`` with layoutcore's map: tf-keras variables get their layouts.
+
+        Variables of tf-keras models built inside the scope take ``layout_map`` entries keyed as
+        tf-keras keys them (``"d1.kernel"``), looked up by layoutcore's rules (the map's ``match``);
+        unmatched ones are replicated on the map's mesh (see :mod:`layoutcore_tensorflow._keras`).
+        Without tf-keras, a ``tf.Variable`` created inside the scope raises
+        :class:`~layoutcore.DriverUnavailableError` naming the package to install.
+        """
+        from ._keras import keras_layout_map_scope
+
+        return keras_layout_map_scope(self, layout_map)
 
 
 def _itemsize(value: Any) -> int:

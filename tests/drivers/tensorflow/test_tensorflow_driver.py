@@ -39,7 +39,7 @@ def test_lazy_import_and_registration() -> None:
         "print(info.installed, sorted(c.value for c in info.capabilities))\n"
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["True", "['relayout_across_meshes']"]
+    assert proc.stdout.split() == ["True", "['relayout_across_meshes',", "'traced']"]
 
 
 def test_devices_are_tf_logical_cpus(driver: TensorFlowDriver) -> None:
