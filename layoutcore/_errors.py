@@ -121,7 +121,7 @@ class UnmatchedPathError(LayoutError):
 
     Attributes:
         paths: the unmatched paths.
-        near_misses: per path, the closest patterns (closest first; may be empty).
+        near_misses: for each of the first paths (the ten the message names), the closest patterns.
     """
 
     def __init__(self, message: str, *, paths: tuple[str, ...], near_misses: tuple[tuple[str, ...], ...]) -> None:
@@ -135,7 +135,7 @@ class UnmatchedPathWarning(UserWarning):
 
     Attributes:
         paths: the unmatched paths.
-        near_misses: per path, the closest patterns (closest first; may be empty).
+        near_misses: for each of the first paths (the ten the message names), the closest patterns.
     """
 
     def __init__(

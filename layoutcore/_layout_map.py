@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import heapq
 import re
 import sys
 import warnings
@@ -36,6 +37,11 @@ _MAX_CACHED_PATH = CACHE_BYTES // 64
 #: How many near misses ``explain`` and the unmatched-path messages name, and how similar they must be.
 NEAR_MISSES = 3
 _NEAR_MISS_CUTOFF = 0.6
+#: Near misses are screened by shared character pairs; the best few of these get the difflib score.
+_SCREEN_CUTOFF = 0.3
+#: An unmatched-path warning or error names this many paths, each with its near misses.
+_NAMED_PATHS = 10
+_SCREENED = 8
 #: Longest pattern text quoted whole in an error message.
 _QUOTE_LIMIT = 120
 _REPEATS = frozenset(
@@ -277,7 +283,8 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._on_missing = on_missing
         self._layouts: dict[str, Layout] = {}
         self._matchers: dict[str, Callable[[str], Any]] = {}
-        self._literals: dict[str, tuple[str, ...]] = {}
+        self._literals: dict[str, tuple[str, ...]] = {}  # for near misses: literal text, and its pairs
+        self._bigrams: dict[str, tuple[frozenset[str], ...]] = {}
         # path -> layout (or None); bounded in bytes (see CACHE_BYTES), not in entries.
         self._cache: dict[str, Layout | None] = {}
         self._cache_bytes = 0
@@ -334,6 +341,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._layouts[pattern] = layout
         self._matchers[pattern] = getattr(compiled, self._match)
         self._literals[pattern] = _spellings(parsed)
+        self._bigrams[pattern] = tuple(_bigrams(spelling) for spelling in self._literals[pattern])
         self._clear_cache()
 
     def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]
@@ -395,9 +403,17 @@ class LayoutMap(MutableMapping[str, Layout]):
         Under ``match="search"`` and ``"match"`` a pattern is compared with the best part of the path it
         could stand for, so ``"dense.*kernel"`` is close to ``"model/dense_1/kernal"``.
         """
+        # A cheap screen first (the share of a spelling's character pairs found in the path, set
+        # operations in C), then difflib on the few best: explain stays under a millisecond.
+        grams = _bigrams(path)
+        screened = []
+        for pattern, pairs in self._bigrams.items():
+            share = max((len(g & grams) / len(g) for g in pairs if g), default=0.0)
+            if share >= _SCREEN_CUTOFF:
+                screened.append((share, pattern))
         scored = []
-        for pattern, spellings in self._literals.items():
-            score = max((_similarity(s, path, self._match) for s in spellings), default=0.0)
+        for _, pattern in heapq.nlargest(_SCREENED, screened):
+            score = max((_similarity(s, path, self._match) for s in self._literals[pattern]), default=0.0)
             if score >= _NEAR_MISS_CUTOFF:
                 scored.append((-score, pattern))
         scored.sort()
@@ -437,12 +453,12 @@ class LayoutMap(MutableMapping[str, Layout]):
         """
         if not paths or self._on_missing == "replicate":
             return
-        near = tuple(self.near_misses(p) for p in paths)
+        near = tuple(self.near_misses(p) for p in paths[:_NAMED_PATHS])  # the paths the message names
         shown = "; ".join(
             f"{p!r} (closest: {', '.join(repr(m) for m in misses)})" if misses else repr(p)
-            for p, misses in zip(paths[:10], near, strict=False)
+            for p, misses in zip(paths, near, strict=False)
         )
-        more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+        more = f" and {len(paths) - _NAMED_PATHS} more" if len(paths) > _NAMED_PATHS else ""
         message = (
             f"No LayoutMap pattern matches {len(paths)} {kind} path(s): {shown}{more}. "
             f"on_missing={self._on_missing!r}: add a pattern, or build the map with on_missing='replicate' to "
@@ -518,6 +534,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         del self._layouts[pattern]
         del self._matchers[pattern]
         del self._literals[pattern]
+        del self._bigrams[pattern]
         self._clear_cache()
 
     def __iter__(self) -> Iterator[str]:
@@ -529,6 +546,10 @@ class LayoutMap(MutableMapping[str, Layout]):
     def __repr__(self) -> str:
         items = ", ".join(f"{k!r}: {v.axes!r}" for k, v in self._layouts.items())
         return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r})"
+
+
+def _bigrams(text: str) -> frozenset[str]:
+    return frozenset(text[i : i + 2] for i in range(len(text) - 1))
 
 
 def _similarity(literal: str, path: str, mode: str) -> float:

@@ -28,7 +28,11 @@ from ._layout import Layout
 from ._layout_map import LayoutMap
 from ._mesh import Mesh
 
+#: How many unmatched paths a plan lists near misses for (each costs a pass over the patterns).
+NEAR_MISS_PATHS = 50
+
 __all__ = [
+    "NEAR_MISS_PATHS",
     "Plan",
     "PlanEntry",
     "RelayoutPlan",
@@ -234,7 +238,8 @@ class Plan:
         mesh: the map's mesh.
         entries: one :class:`PlanEntry` per variable, in the order given.
         unmatched: paths no pattern matched (replicated).
-        near_misses: per unmatched path (same order), the closest patterns.
+        near_misses: for the first :data:`NEAR_MISS_PATHS` unmatched paths (same order), the closest
+            patterns; ``layout_map.explain(path)`` gives them for any path.
         unused_patterns: map keys no variable took.
         device_bytes: per mesh device (row-major), the bytes it holds in all.
         replicated_bytes: bytes of the entries held whole on every device (counted once each).
@@ -292,7 +297,8 @@ class Plan:
             "mesh": {"shape": list(self.mesh.shape), "axis_names": list(self.mesh.axis_names)},
             "entries": [e.to_dict() for e in self.entries],
             "unmatched": [
-                {"path": p, "near_misses": list(near)} for p, near in zip(self.unmatched, self.near_misses, strict=True)
+                {"path": p, "near_misses": list(self.near_misses[i]) if i < len(self.near_misses) else []}
+                for i, p in enumerate(self.unmatched)
             ],
             "unused_patterns": list(self.unused_patterns),
             "device_bytes": list(self.device_bytes),
@@ -391,7 +397,8 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
         if entry.held_whole:
             replicated_bytes += math.prod(shape) * itemsize
     layout_map.unmatched(unmatched)
-    near = tuple(layout_map.near_misses(p) for p in unmatched)
+    # Near misses cost a similarity pass over the patterns: for the first paths only (explain() has any other).
+    near = tuple(layout_map.near_misses(p) for p in unmatched[:NEAR_MISS_PATHS])
     unused = tuple(p for p in layout_map if p not in used)
     return Plan(mesh, tuple(entries), tuple(unmatched), near, unused, tuple(totals), replicated_bytes)
 
@@ -482,6 +489,21 @@ def _mesh_json(mesh: Mesh | None) -> dict[str, Any] | None:
     return {"shape": list(mesh.shape), "axis_names": list(mesh.axis_names), "devices": mesh.devices, "name": mesh.name}
 
 
+# The slots' own setters (a frozen dataclass' __setattr__ refuses; these do not).
+_SET_SRC, _SET_DST, _SET_INDEX, _SET_NBYTES = (getattr(Transfer, f).__set__ for f in ("src", "dst", "index", "nbytes"))
+
+
+def _transfer(src: int, dst: int, index: tuple[slice, ...], nbytes: int) -> Transfer:
+    """``Transfer(src, dst, index, nbytes)`` through its slots directly: an all-gather on 1 024 devices
+    builds a million of them, and the frozen dataclass' ``__init__`` costs twice as much."""
+    transfer = object.__new__(Transfer)
+    _SET_SRC(transfer, src)
+    _SET_DST(transfer, dst)
+    _SET_INDEX(transfer, index)
+    _SET_NBYTES(transfer, nbytes)
+    return transfer
+
+
 def _holder_map(source_devices: Sequence[Any], target_devices: Sequence[Any]) -> list[int | None]:
     """Per target position, the source position of the same device (``None``: it holds nothing)."""
     where = {d: i for i, d in enumerate(source_devices)}
@@ -504,45 +526,73 @@ def relayout_transfers(
     """
     source_mesh, target_mesh = source.mesh, target.mesh
     assert source_mesh is not None and target_mesh is not None
-    rank = len(shape)
-    source_counts = [source.num_shards(d) for d in range(rank)]
-    source_chunks = [-(-size // n) for size, n in zip(shape, source_counts, strict=True)]
     source_blocks = source.offset_to_shard()
     holders: dict[tuple[int, ...], list[int]] = {}
     for position, block in enumerate(source_blocks):
         holders.setdefault(block, []).append(position)
-    target_bounds = [
-        geometry.shard_bounds(shape, target_mesh.shape, target.dim_axes, p) for p in range(target_mesh.size)
-    ]
     local = _holder_map(source_devices, target_devices)
     egress = [0] * source_mesh.size
     ingress = [0] * target_mesh.size
     transfers: list[Transfer] = []
-    for dst, bounds in enumerate(target_bounds):
-        if any(stop <= start for start, stop in bounds) and rank:
-            continue  # an empty target block needs nothing
+    append = transfers.append
+    # Devices with the same target block need the same pieces (minus what each holds): build once.
+    source_counts = [source.num_shards(d) for d in range(len(shape))]
+    target_counts = [target.num_shards(d) for d in range(len(shape))]
+    pieces_of: dict[tuple[int, ...], list[tuple[tuple[int, ...], tuple[slice, ...], int]]] = {}
+    for dst, target_block in enumerate(target.offset_to_shard()):
+        pieces = pieces_of.get(target_block)
+        if pieces is None:
+            bounds = tuple(
+                _chunk(size, count, b) for size, count, b in zip(shape, target_counts, target_block, strict=True)
+            )
+            pieces = pieces_of[target_block] = _pieces(bounds, source_counts, shape, itemsize)
         own = None if local[dst] is None else source_blocks[local[dst]]  # type: ignore[index]
-        # Per axis, the source blocks whose chunk overlaps the target interval, and the overlap.
-        per_axis: list[list[tuple[int, int, int]]] = []
-        for (start, stop), chunk, count, size in zip(bounds, source_chunks, source_counts, shape, strict=True):
-            pieces = []
-            if chunk:
-                for b in range(start // chunk, min((stop - 1) // chunk + 1, count)):
-                    lo, hi = max(start, b * chunk), min(stop, (b + 1) * chunk, size)
-                    if hi > lo:
-                        pieces.append((b, lo, hi))
-            per_axis.append(pieces)
-        for combo in itertools.product(*per_axis):
-            block = tuple(b for b, _, _ in combo)
+        received = 0
+        for block, index, nbytes in pieces:
             if block == own:
                 continue
-            nbytes = itemsize * math.prod(hi - lo for _, lo, hi in combo)
             candidates = holders[block]
             src = candidates[0] if len(candidates) == 1 else min(candidates, key=egress.__getitem__)
             egress[src] += nbytes
-            ingress[dst] += nbytes
-            transfers.append(Transfer(src, dst, tuple(slice(lo, hi) for _, lo, hi in combo), nbytes))
+            received += nbytes
+            append(_transfer(src, dst, index, nbytes))
+        ingress[dst] = received
     return transfers, ingress, egress
+
+
+def _chunk(size: int, count: int, index: int) -> tuple[int, int]:
+    """Block ``index`` of ``size`` split into ``count`` by the chunk rule (``geometry.chunk_bounds``, unchecked)."""
+    chunk = -(-size // count)
+    start = min(index * chunk, size)
+    return start, min(start + chunk, size)
+
+
+def _pieces(
+    bounds: tuple[tuple[int, int], ...], source_counts: list[int], shape: tuple[int, ...], itemsize: int
+) -> list[tuple[tuple[int, ...], tuple[slice, ...], int]]:
+    """``(source block, rectangle, bytes)`` for every non-empty intersection of a target block with a source block.
+
+    Per axis, only the source chunks that overlap the target interval are visited (chunk arithmetic),
+    so the work is proportional to the pieces, not to the number of source blocks.
+    """
+    if any(stop <= start for start, stop in bounds):
+        return []  # an empty target block (chunk rule) needs nothing
+    blocks: list[list[int]] = []
+    slices: list[list[slice]] = []
+    sizes: list[list[int]] = []
+    for (start, stop), size, count in zip(bounds, shape, source_counts, strict=True):
+        chunk = -(-size // count)
+        overlapping = [
+            (b, max(start, b * chunk), min(stop, (b + 1) * chunk, size))
+            for b in range(start // chunk, min((stop - 1) // chunk + 1, count))
+        ]
+        overlapping = [piece for piece in overlapping if piece[2] > piece[1]]
+        blocks.append([b for b, _, _ in overlapping])
+        slices.append([slice(lo, hi) for _, lo, hi in overlapping])
+        sizes.append([hi - lo for _, lo, hi in overlapping])
+    # Three products in step (C-level iteration): the source block, the rectangle and its bytes.
+    nbytes = (itemsize * n for n in map(math.prod, itertools.product(*sizes)))
+    return list(zip(itertools.product(*blocks), itertools.product(*slices), nbytes, strict=True))
 
 
 def _device_names(mesh: Mesh, other: Mesh) -> Sequence[Any]:

@@ -32,6 +32,8 @@ __all__ = ["add_commands", "format_bytes", "layout_map_from_json", "variables_fr
 
 #: Devices drawn one bar each; a larger mesh is summarised (min / median / max).
 MAX_DEVICE_ROWS = 64
+#: Unmatched paths listed in the table.
+MAX_UNMATCHED_ROWS = 50
 #: Rows in the "biggest" tables.
 TOP = 10
 _BAR_WIDTH = 40
@@ -293,10 +295,13 @@ def render_plan(result: Plan, console: Console) -> None:
         table.add_column("bytes", justify="right")
         table.add_column("closest patterns")
         by_path = {e.path: e for e in result.entries}
-        for path, near in zip(result.unmatched, result.near_misses, strict=True):
+        for i, path in enumerate(result.unmatched[:MAX_UNMATCHED_ROWS]):
+            near = result.near_misses[i] if i < len(result.near_misses) else ()
             entry = by_path[path]
             table.add_row(path, str(entry.shape), format_bytes(entry.nbytes), ", ".join(near) or "-")
         console.print(table)
+        if len(result.unmatched) > MAX_UNMATCHED_ROWS:
+            console.print(f"... and {len(result.unmatched) - MAX_UNMATCHED_ROWS} more (--json lists them all).")
     else:
         console.print("Every path matches a pattern.")
     if result.unused_patterns:
