@@ -37,7 +37,9 @@ class ConformanceAdapter:
         :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
         :attr:`dtypes` (the NumPy dtype names the property tests draw from),
         :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace` and :meth:`compile`
-        (the framework's own operations and compiler).
+        (the framework's own operations and compiler); :meth:`matmul`, :meth:`einsum`,
+        :meth:`add`, :meth:`sum`, :meth:`output_layout` and :meth:`reduce_pending` for the SPMD
+        section (defaults: NumPy's operations, the driver's ``fetch_layout``).
     """
 
     #: NumPy dtype names the property tests use. The default is what every framework holds
@@ -86,6 +88,36 @@ class ConformanceAdapter:
         """``fn`` under the framework's compiler (``jax.jit``, ``tf.function``, ``torch.compile``),
         or ``None`` where the framework has none (the NumPy reference driver)."""
         return None
+
+    # -- the SPMD section (test_spmd): the framework's own operations on its native tensors ------
+    # The defaults are NumPy's, which the NumPy driver's ShardedArray runs as SPMD.
+    def matmul(self, a: Any, b: Any) -> Any:
+        """``a @ b`` by the framework (``jnp.matmul``, ``tf.linalg.matmul``, ``torch.matmul``)."""
+        return np.matmul(a, b)
+
+    def einsum(self, subscripts: str, *operands: Any) -> Any:
+        """``einsum(subscripts, *operands)`` by the framework."""
+        return np.einsum(subscripts, *operands)
+
+    def add(self, a: Any, b: Any) -> Any:
+        """``a + b`` by the framework (broadcasting as NumPy)."""
+        return np.add(a, b)
+
+    def sum(self, tensor: Any, axis: int | tuple[int, ...] | None = None) -> Any:
+        """The framework's sum over ``axis`` (``None``: all axes)."""
+        return np.sum(tensor, axis=axis)
+
+    def output_layout(self, tensor: Any) -> tuple[tuple[Any, ...] | None, tuple[str, ...], str]:
+        """How the framework laid out an operation's result, read with its own calls:
+        ``(axes, pending, text)``: the layout entries (``None`` where the framework's sharding is
+        no mesh-axis layout), the mesh axes with a *pending sum* (torch's ``Partial``), and the
+        framework's own description."""
+        layout = self.driver.fetch_layout(tensor)
+        return layout.axes, (), str(layout)
+
+    def reduce_pending(self, tensor: Any) -> Any:
+        """``tensor`` with its pending sums (torch's ``Partial``) carried out by the framework."""
+        return tensor
 
 
 def load_adapter(driver: Driver) -> ConformanceAdapter:

@@ -52,3 +52,34 @@ class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
         import jax
 
         return jax.jit(fn)  # type: ignore[no-any-return]
+
+    # -- SPMD section: jax.numpy's operations on jax.Arrays -----------------------------------------
+    def matmul(self, a: Any, b: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.matmul(a, b)
+
+    def einsum(self, subscripts: str, *operands: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.einsum(subscripts, *operands)
+
+    def add(self, a: Any, b: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.add(a, b)
+
+    def sum(self, tensor: Any, axis: int | tuple[int, ...] | None = None) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.sum(tensor, axis=axis)
+
+    def output_layout(self, tensor: Any) -> tuple[tuple[Any, ...] | None, tuple[str, ...], str]:
+        from jax.sharding import NamedSharding
+
+        sharding = tensor.sharding
+        if not isinstance(sharding, NamedSharding):
+            return None, (), repr(sharding)
+        spec = tuple(sharding.spec) + (None,) * (tensor.ndim - len(sharding.spec))
+        axes = tuple(e if e is None or isinstance(e, str) else (tuple(e) if len(e) > 1 else e[0]) for e in spec)
+        return axes, (), f"PartitionSpec{spec}"
