@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 #: Pages whose examples need a framework; their own engineers run them (not this file).
 FRAMEWORK_PAGES = DOCS / "drivers"
+#: Framework integration pages (keras, flax, jax.jit), run by the JAX driver's tests.
+INTEGRATION_PAGES = DOCS / "integrations"
 #: At most this many ``no-run`` blocks in all pages together.
 MAX_NO_RUN = 3
 #: Pages that must keep runnable examples (guards against a fence-parsing slip running nothing).
@@ -104,7 +106,9 @@ def extract_blocks(text: str) -> list[Block]:
 def documentation_pages() -> list[Path]:
     """README.md and every Markdown page of docs/, framework pages excluded."""
     pages = [ROOT / "README.md"] if (ROOT / "README.md").exists() else []
-    pages += sorted(p for p in DOCS.rglob("*.md") if FRAMEWORK_PAGES not in p.parents)
+    pages += sorted(
+        p for p in DOCS.rglob("*.md") if FRAMEWORK_PAGES not in p.parents and INTEGRATION_PAGES not in p.parents
+    )
     return pages
 
 
@@ -210,7 +214,7 @@ def test_extract_blocks_handles_nesting_indentation_and_flags() -> None:
 
 def test_no_run_blocks_are_rare_and_justified() -> None:
     # Framework pages too: they are run by each driver's tests, but their no-run blocks are text.
-    pages = documentation_pages() + sorted(FRAMEWORK_PAGES.glob("*.md"))
+    pages = documentation_pages() + sorted(FRAMEWORK_PAGES.glob("*.md")) + sorted(INTEGRATION_PAGES.glob("*.md"))
     no_run = [
         (page, block)
         for page in pages
