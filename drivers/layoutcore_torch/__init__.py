@@ -9,6 +9,7 @@ Public conversions (each binds an abstract mesh the way the driver does):
 * :func:`to_torch_mesh` / :func:`from_torch_mesh`: ``Mesh`` <-> ``DeviceMesh``.
 * :func:`to_torch_placements` / :func:`from_torch_placements`: ``Layout`` <-> placements.
 * :func:`distribute_module_parameters`: an ``nn.Module``'s parameters laid out by a ``LayoutMap``.
+* :func:`distribute_module`: the same, plus forward hooks that place inputs and relay out outputs.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 from layoutcore import Layout, LayoutError, Mesh, get_driver
 
 from ._driver import TorchDriver
-from ._module import distribute_module_parameters
+from ._module import ModuleLayouts, distribute_module, distribute_module_parameters
 
 __all__ = [
+    "ModuleLayouts",
     "TorchDriver",
+    "distribute_module",
     "distribute_module_parameters",
     "from_torch_mesh",
     "from_torch_placements",
@@ -107,7 +110,9 @@ def spmd(mesh: Mesh) -> AbstractContextManager[Any]:
 
     In the simulation it is ``LocalTensorMode(mesh.size)``, under which each torch op runs once per
     simulated rank and collectives move real data (outside it, the fake process group's collectives
-    return garbage). Under a real process group it does nothing.
+    return garbage). It also holds the simulation's process-wide lock: ``LocalTensorMode`` is not
+    thread-safe, so torch code on simulated DTensors from several threads runs one thread at a time
+    (run it all under ``spmd``). Under a real process group it does nothing.
 
     Example::
 

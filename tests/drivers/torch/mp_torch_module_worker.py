@@ -1,0 +1,36 @@
+"""One rank of the 2-process gloo run of distribute_module (test_torch_distribute_module.py); not a test module.
+
+Usage: ``python mp_torch_module_worker.py RANK PORT TIMEOUT_S``. Joins a gloo group of 2 on 127.0.0.1, trains
+the TransformerEncoderLayer of transformer_recipe.py laid out by distribute_module, and prints one JSON line:
+the global parameters, their layouts and the losses. The parent compares them with a plain torch run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+import torch.distributed as dist
+import transformer_recipe as recipe
+
+import layoutcore as lc
+
+
+def main() -> None:
+    rank, port, timeout_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    params, layouts, losses = recipe.train_distributed(lc.Mesh((2,), ("x",)))
+    out = {"rank": rank, "params": {n: p.tolist() for n, p in params.items()}, "layouts": layouts, "losses": losses}
+    print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
