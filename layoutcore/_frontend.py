@@ -31,7 +31,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Final, final
+from typing import Any, ClassVar, Final, final
 
 import numpy as np
 
@@ -77,8 +77,12 @@ class Driver(DriverHooks):
         self._lc_origin: dict[Mesh, Mesh] = {}
         self._lc_records: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
+    #: Whether the class overrides ``is_traced`` (set per class): the hot path skips the call otherwise.
+    _lc_traces: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._lc_traces = cls.is_traced is not DriverHooks.is_traced
         overridden = sorted(_FINAL_METHODS.intersection(vars(cls)))
         if overridden:
             raise TypeError(
@@ -283,7 +287,7 @@ class Driver(DriverHooks):
             value = value.value
         if self.is_distributed(value):
             return self.relayout(value, layout)
-        if self.is_traced(value):  # a sharding constraint inside the compiler: nothing to record
+        if self._lc_traces and self.is_traced(value):  # a sharding constraint in the compiler: no record
             self._require_traced("distribute_tensor", value)
             self.check_layout(layout, self.shape_of(value))
             return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
@@ -299,6 +303,8 @@ class Driver(DriverHooks):
         Raises:
             LayoutError: ``value`` cannot be one array (named in the message).
         """
+        if type(value) is np.ndarray and value.dtype.kind != "O":  # the common case, checked cheaply
+            return self.prepare_input(value)
         if value is None or isinstance(value, dict | set | frozenset | str | bytes):
             raise LayoutError(
                 f"{what} needs an array, a framework tensor or a nested list of numbers. "
@@ -309,7 +315,7 @@ class Driver(DriverHooks):
             prepared = self.prepare_input(value)
         except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
             raise LayoutError(f"{what} cannot make one array of {_short(value)}: {exc}", value=value) from None
-        if getattr(prepared, "dtype", None) == np.dtype(object):
+        if isinstance(prepared, np.ndarray) and prepared.dtype.kind == "O":  # only NumPy makes object arrays
             raise LayoutError(f"{what} needs numbers; {_short(value)} becomes an array of Python objects.", value=value)
         return prepared
 
@@ -396,7 +402,7 @@ class Driver(DriverHooks):
                     value=got,
                 )
         self.check_layout(layout, shape)
-        if not any(self.is_traced(c) for c in components):
+        if not (self._lc_traces and any(self.is_traced(c) for c in components)):
             self._check_replicas(components, layout, positions, devices)
         return self._record(self.native_pack(components, layout, devices, shape), layout)
 
@@ -471,7 +477,7 @@ class Driver(DriverHooks):
         """
         if isinstance(tensor, HoldsValue):
             tensor = tensor.value
-        if not self.is_distributed(tensor) and self.is_traced(tensor):
+        if not self.is_distributed(tensor) and self._lc_traces and self.is_traced(tensor):
             self._require_traced("fetch_layout", tensor)
             return self._user_layout(self.native_fetch_layout(tensor))
         tensor = self.require_distributed(tensor, "fetch_layout")
