@@ -6,9 +6,9 @@ it is the executable statement of layoutcore's semantics.
 * ``distribute_tensor`` copies nothing: each component is a read-only *view* of the input
   (basic slicing), so distributing 1 GiB costs what distributing 1 KiB does. Mutating the
   input afterwards shows through, as with any zero-copy placement.
-* ``relayout`` builds each distinct destination block once from the overlapping source
-  blocks (a view where one source block covers it), never through a full gather; replicas
-  share that block.
+* ``relayout`` moves exactly :func:`layoutcore.relayout_plan`'s transfers, the physical
+  minimum: each device keeps what it holds of its new block (a view when that is all of it) and
+  receives only the rest, each element once, never through a full gather.
 * ``to_numpy`` writes every byte of the result once, from one replica of each block.
 """
 
