@@ -59,9 +59,9 @@ _lock = threading.RLock()
 _factories: dict[str, DriverFactory | EntryPoint] | None = None
 _instances: dict[str, Driver] = {}
 _global_choice: str | None = None
-#: Type of a value -> the registered driver whose ``native_types`` name it (or a base), or None.
+#: Type of a value -> the registered drivers whose ``native_types`` name it (or a base), by name.
 #: Bounded by the number of distinct types passed in; cleared when a driver is registered.
-_by_type: dict[type, str | None] = {}
+_by_type: dict[type, tuple[str, ...]] = {}
 _context_choice: contextvars.ContextVar[str | None] = contextvars.ContextVar("layoutcore_driver", default=None)
 
 
@@ -221,7 +221,10 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
         if isinstance(own, Driver):
             return own
         value = value.value
-    name = _native_owner(type(value))
+    owners = _native_owners(type(value))
+    # Several drivers may claim one type (a subclass of a driver keeps its native_types): the one the
+    # environment selects wins among them, else the one that declares the type itself.
+    name = active_driver_name() if active_driver_name() in owners else _native_owner(type(value))
     if name is not None:
         try:
             candidate = get_driver(name)
@@ -233,26 +236,34 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
 
 
 def _native_owner(kind: type) -> str | None:
-    """The driver whose ``native_types`` name ``kind`` or a base class of it (cached per type)."""
+    """The driver a value of type ``kind`` goes to when the environment selects none of its claimants."""
+    owners = _native_owners(kind)
+    return owners[0] if owners else None
+
+
+def _native_owners(kind: type) -> tuple[str, ...]:
+    """The drivers whose ``native_types`` name ``kind`` or a base class of it, by name (cached per type)."""
     try:
         return _by_type[kind]
     except KeyError:
         pass
     names = {f"{t.__module__}.{t.__qualname__}" for t in kind.__mro__}
-    owner = None
+    declared: list[str] = []
+    inherited: list[str] = []
     for name in sorted(_discover()):
         try:
             factory = _load_class(name)
         except DriverUnavailableError:  # a broken plug-in claims nothing
             continue
         if names.intersection(getattr(factory, "native_types", ())):
-            owner = name
-            break
+            # A driver that declares the type itself comes before subclasses that inherit the claim.
+            (declared if "native_types" in getattr(factory, "__dict__", {}) else inherited).append(name)
+    owners = (*declared, *inherited)
     with _lock:
         if len(_by_type) >= 4096:  # a program that makes types without end: start over
             _by_type.clear()
-        _by_type[kind] = owner
-    return owner
+        _by_type[kind] = owners
+    return owners
 
 
 def set_driver(name: str | None) -> None:
