@@ -10,6 +10,12 @@ the NumPy adapter, which reads ``ShardedArray`` storage directly:
 * ``broken-hiding``: stores components rotated by one device, but ``unpack``, ``pack``,
   ``to_numpy`` and ``relayout`` undo the rotation, so every check through the driver's own API
   passes; only the suite's adapter-read oracle sees that the devices hold the wrong blocks.
+* ``broken-lying-fetch``: right data everywhere, but ``native_fetch_layout`` reports every tensor
+  as replicated. The front-end answers ``fetch_layout`` from its records for tensors layoutcore made,
+  so only the suite's checks of the hook itself, and of a framework operation's output, see it.
+
+The framework drivers' mutants live beside this module (``broken_jax``, ``broken_tensorflow``,
+``broken_torch``); each is run by tests/test_conformance_meta.py in its framework's tox environment.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from _mutation import replicated_like
 
 import layoutcore as lc
 from layoutcore import Capability, Layout, NumpyDriver, ShardedArray
@@ -88,7 +95,16 @@ class HidingDriver(NumpyDriver):
         return super().native_to_numpy(_with_components(tensor, _rotate(tensor.components, -1)))
 
 
-BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver)
+class LyingFetchDriver(NumpyDriver):
+    """Reads every tensor's layout as replicated on its mesh."""
+
+    name = "broken-lying-fetch"
+
+    def native_fetch_layout(self, tensor: ShardedArray) -> Layout:
+        return replicated_like(super().native_fetch_layout(tensor), tensor.ndim)
+
+
+BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver, LyingFetchDriver)
 
 for _cls in BROKEN_DRIVERS:
     lc.register_driver(_cls.name, _cls, replace=True)
