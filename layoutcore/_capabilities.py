@@ -47,7 +47,17 @@ def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> Mappin
     Raises:
         LayoutError: ``layout`` has no mesh, or ``global_shape`` does not fit its rank.
     """
+    if type(global_shape) is tuple and set(map(type, global_shape)) <= {int}:  # what drivers pass: cached
+        return _required_checked(layout, global_shape)
+    # Anything else is validated on every call: 16.0 and True hash as 16 and 1 but are no sizes.
     return _required(layout, layout.check_shape(global_shape))
+
+
+@functools.lru_cache(maxsize=8192)
+def _required_checked(layout: Layout, shape: tuple[int, ...]) -> Mapping[Capability, str]:
+    # The shape check is cached with the answer: it runs on every front-end call (a refusal raises
+    # and is not cached, so a bad shape is checked, and refused, every time).
+    return _required(layout, layout.check_shape(shape))
 
 
 @functools.lru_cache(maxsize=8192)

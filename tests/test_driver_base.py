@@ -387,3 +387,12 @@ def test_records_and_bindings_hold_under_threads() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(work, range(32), timeout=120))
+
+
+@pytest.mark.parametrize("bad", [(True,), (4.0,), [4.5], (-1,), ("4",)])
+def test_required_capabilities_validates_shapes_that_hash_like_a_cached_one(bad: Any) -> None:
+    layout = lc.Layout(["x"], lc.Mesh((2,), ("x",)))
+    assert lc.required_capabilities(layout, (4,)) == {}  # cached for (4,)
+    assert lc.required_capabilities(layout, [4]) == {}  # a list is validated, not looked up
+    with pytest.raises(lc.LayoutError):
+        lc.required_capabilities(layout, bad)
