@@ -14,10 +14,27 @@ from typing import Any
 
 from ._errors import LayoutError
 
-__all__ = ["MAX_SIZE", "checked_int", "int_sequence", "short_repr"]
+__all__ = ["MAX_LISTED", "MAX_RANK", "MAX_SIZE", "check_listed", "checked_int", "int_sequence", "short_repr"]
 
 #: Largest mesh size, dimension size or product layoutcore accepts: TF's int64 device ids and shapes.
 MAX_SIZE = 2**63 - 1
+#: Most entries a call that lists one item per device or per chunk builds (``Mesh.to_string``,
+#: ``local_devices``, ``device_slices``, ``chunk_sizes``, ...). An abstract mesh may be any size,
+#: but listing 10**12 devices would exhaust memory; above this such calls raise instead.
+MAX_LISTED = 2**22
+#: Highest tensor rank a layout built from a rank (``Layout.replicated(mesh, rank)``) may have:
+#: NumPy's own limit, so every layout can hold a NumPy array (``to_numpy``).
+MAX_RANK = 64
+
+
+def check_listed(count: int, what: str, value: Any) -> None:
+    """Raise :class:`LayoutError` before a call builds a list of ``count`` > :data:`MAX_LISTED` items."""
+    if count > MAX_LISTED:
+        raise LayoutError(
+            f"{what} would list {count} items; layoutcore lists at most {MAX_LISTED} (MAX_LISTED). "
+            f"Received: {short_repr(value)}",
+            value=value,
+        )
 
 
 def short_repr(value: Any, limit: int = 200) -> str:

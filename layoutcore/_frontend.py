@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Final, final
 import numpy as np
 
 from ._capabilities import Capability, required_capabilities
+from ._checks import short_repr
 from ._config import CPU_DEVICES_ENV
 from ._driver import DriverHooks
 from ._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
@@ -617,8 +618,7 @@ def _shape_argument(global_shape: Any) -> tuple[int, ...]:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return short_repr(value, limit)  # never raises, even for a value whose __repr__ does
 
 
 def _infer_global_shape(layout: Layout, positions: list[int], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from . import geometry
-from ._checks import checked_int, int_sequence, short_repr
+from ._checks import MAX_RANK, check_listed, checked_int, int_sequence, short_repr
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._mesh import Mesh
 
@@ -126,7 +126,7 @@ class Layout:
     # -- construction helpers (TF DTensor's classmethods) --------------------------------------------
     @classmethod
     def replicated(cls, mesh: Mesh, rank: int) -> Layout:
-        """Fully replicated layout of ``rank`` (``rank`` >= 0)."""
+        """Fully replicated layout of ``rank`` (``0 <= rank <= 64``, NumPy's limit)."""
         return cls([None] * _check_rank(rank, minimum=0), mesh)
 
     @classmethod
@@ -223,12 +223,17 @@ class Layout:
         return geometry.device_blocks(mesh.shape, self.dim_axes)
 
     def offset_tuple_to_global_index(self, offset_tuple: Sequence[int]) -> int:
-        """Row-major index of a block tuple over the grid of blocks (not a device index), as TF."""
+        """Row-major index of a block tuple over the grid of blocks (not a device index), as TF.
+
+        Raises:
+            LayoutError: not a sequence of ints, or a tuple outside the block grid.
+        """
         shards = [self.num_shards(d) for d in range(self.rank)]
-        offsets = tuple(offset_tuple)
+        offsets = int_sequence(offset_tuple, "offset_tuple")
         if len(offsets) != self.rank or any(not 0 <= o < n for o, n in zip(offsets, shards, strict=True)):
             raise LayoutError(
-                f"Offset tuple {offsets} does not fit the block grid {shards} of {self!r}", value=offset_tuple
+                f"Offset tuple {short_repr(offsets)} does not fit the block grid {shards} of {short_repr(self)}",
+                value=offset_tuple,
             )
         index = 0
         for offset, n in zip(offsets, shards, strict=True):
@@ -261,6 +266,7 @@ class Layout:
         """Shape of every device's shard, row-major (they differ for uneven dimensions)."""
         mesh = self._require_mesh("local_shapes")
         shape, dim_axes = self.check_shape(global_shape), self.dim_axes
+        check_listed(mesh.size, "local_shapes", mesh)
         return [geometry.local_shape(shape, mesh.shape, dim_axes, p) for p in range(mesh.size)]
 
     def device_slices(self, global_shape: Sequence[int]) -> list[tuple[slice, ...]]:
@@ -333,7 +339,7 @@ class Layout:
 
 
 def _check_rank(rank: Any, *, minimum: int) -> int:
-    return checked_int(rank, "rank", minimum=minimum)
+    return checked_int(rank, "rank", minimum=minimum, maximum=MAX_RANK)
 
 
 #: keras.distribution's name for :class:`Layout` (takes ``device_mesh=``).

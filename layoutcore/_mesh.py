@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._checks import MAX_SIZE, checked_int, short_repr
+from ._checks import MAX_LISTED, MAX_SIZE, check_listed, checked_int, short_repr
 from ._devices import canonical_devices, device_type, full_device_name, full_device_names
 from ._errors import LayoutError
 
@@ -22,7 +22,7 @@ RESERVED_AXIS_NAMES = frozenset({"unsharded", "match"})
 _BAD_NAME_CHARS = re.compile(r"[,|=\s\x00-\x1f\x7f-\x9f]")
 #: Most devices ``to_string`` writes (and ``local_devices`` lists): about 60 bytes each, so the
 #: largest string is about 250 MB. Above it an abstract mesh (which may be any size) raises.
-MAX_STRING_DEVICES = 2**22
+MAX_STRING_DEVICES = MAX_LISTED
 _DIM_SIZE = re.compile(r"[0-9]{1,19}", re.ASCII)
 _ID_LIST = re.compile(r"[0-9]{1,19}(?:,[0-9]{1,19})*", re.ASCII)
 
@@ -314,12 +314,7 @@ class Mesh:
         return f"{self.name}|{dims}|{ids}|{ids}|{full_device_names(devices)}"
 
     def _check_string_size(self, what: str) -> None:
-        if self.size > MAX_STRING_DEVICES:
-            raise LayoutError(
-                f"Mesh.{what} writes at most {MAX_STRING_DEVICES} devices (MAX_STRING_DEVICES); this mesh has "
-                f"{self.size}: {short_repr(self)}",
-                value=self,
-            )
+        check_listed(self.size, f"Mesh.{what} (MAX_STRING_DEVICES)", self)
 
     @classmethod
     def from_string(cls, text: str) -> Mesh:

@@ -27,7 +27,9 @@ axes) as ``slice(None)``, as JAX's ``devices_indices_map`` does; ``shard_bounds`
 
 Every public function validates its inputs (sizes are ints, mesh sizes positive, positions and
 coordinates in range, axis indices valid and used once) and raises
-:class:`~layoutcore.LayoutError` (also a ``ValueError``) naming the bad value.
+:class:`~layoutcore.LayoutError` (also a ``ValueError``) naming the bad value. The functions
+that list one entry per device or chunk refuse more than ``2**22`` entries rather than exhaust
+memory on a huge abstract mesh.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ._checks import checked_int, int_sequence, short_repr
+from ._checks import MAX_SIZE, check_listed, checked_int, int_sequence, short_repr
 from ._errors import LayoutError
 
 __all__ = [
@@ -56,7 +58,15 @@ DimAxes = Sequence[Sequence[int]]
 
 # -- input checks (public functions validate, then call the unchecked helpers) -------------------
 def _mesh_shape(mesh_shape: Sequence[int]) -> tuple[int, ...]:
-    return int_sequence(mesh_shape, "mesh_shape", minimum=1)
+    mesh = int_sequence(mesh_shape, "mesh_shape", minimum=1)
+    total = 1
+    for size in mesh:  # stop early: the full product of huge sizes is slow to compute
+        total *= size
+        if total > MAX_SIZE:
+            raise LayoutError(
+                f"A mesh holds at most 2**63 - 1 devices. Received: mesh_shape={short_repr(mesh)}", value=mesh_shape
+            )
+    return mesh
 
 
 def _global_shape(global_shape: Sequence[int]) -> tuple[int, ...]:
@@ -155,6 +165,7 @@ def chunk_sizes(dim_size: int, num_chunks: int) -> tuple[int, ...]:
     """
     dim_size = checked_int(dim_size, "dim_size", minimum=0)
     num_chunks = checked_int(num_chunks, "num_chunks", minimum=1)
+    check_listed(num_chunks, "chunk_sizes", num_chunks)
     return tuple(b - a for a, b in (_bounds(dim_size, num_chunks, i) for i in range(num_chunks)))
 
 
@@ -202,6 +213,7 @@ def device_blocks(mesh_shape: Sequence[int], dim_axes: DimAxes) -> list[tuple[in
     """
     mesh = _mesh_shape(mesh_shape)
     checked = _dim_axes(mesh, dim_axes)
+    check_listed(math.prod(mesh), "device_blocks", mesh_shape)
     return [
         tuple(_block(mesh, axes, c) for axes in checked) for c in (_coordinate(mesh, p) for p in range(math.prod(mesh)))
     ]
@@ -234,6 +246,7 @@ def device_slices(global_shape: Sequence[int], mesh_shape: Sequence[int], dim_ax
     shape = _global_shape(global_shape)
     mesh = _mesh_shape(mesh_shape)
     checked = _dim_axes(mesh, dim_axes, len(shape))
+    check_listed(math.prod(mesh), "device_slices", mesh_shape)
     whole = tuple(_num_blocks(mesh, axes) == 1 for axes in checked)
     return [
         tuple(

@@ -15,6 +15,8 @@ from layoutcore import Mesh, _registry
 # "ci" is hypothesis' built-in profile (derandomized, no deadline), chosen by tox through
 # HYPOTHESIS_PROFILE=ci or by hypothesis itself when CI is set; "dev" keeps local runs short.
 settings.register_profile("dev", max_examples=40, deadline=None)
+# "fuzz": tests/test_fuzz.py's long run, 10 000 examples per target (HYPOTHESIS_PROFILE=fuzz).
+settings.register_profile("fuzz", max_examples=10_000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
