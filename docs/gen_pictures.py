@@ -196,11 +196,86 @@ def layouts_2d() -> RenderableType:
     return Group(intro, outer)
 
 
+def _spmd_matmul_table(title: str, spec_a: list[str | None], spec_b: list[str | None]) -> RenderableType:
+    """Per device of the 3x2 mesh: its blocks of a and b, its local product, and the all-reduce."""
+    import numpy as np
+
+    from layoutcore import propagation
+
+    a = np.array([[1, 2, 3], [4, 5, 6]])
+    b = np.array([[6, 5], [4, 3], [2, 1]])
+    la, lb = Layout(spec_a, MESH), Layout(spec_b, MESH)
+    plan = propagation.plan_matmul(la, lb)
+    entries = dict(plan.entries)
+    sizes = {"m": 2, "k": 3, "n": 2}
+    summed = [MESH.axis_index(name) for name in plan.summed]
+
+    def block(label: str, coordinate: tuple[int, ...]) -> tuple[int, int]:
+        entry = entries[label]
+        names = () if entry is None else (entry,) if isinstance(entry, str) else entry
+        axes = [MESH.axis_index(n) for n in names]
+        index = 0
+        for axis in axes:
+            index = index * MESH.shape[axis] + coordinate[axis]
+        count = 1
+        for axis in axes:
+            count *= MESH.shape[axis]
+        return geometry.chunk_bounds(sizes[label], count, index)
+
+    table = Table(show_lines=True)
+    for column in ("device", "a: rows, k", "b: k, cols", "local a @ b", "sum with", "c"):
+        table.add_column(Text(column), justify="center")
+    for position in range(MESH.size):
+        coordinate = geometry.mesh_coordinate(MESH.shape, position)
+        (m0, m1), (k0, k1), (n0, n1) = (block(label, coordinate) for label in ("m", "k", "n"))
+        local = a[m0:m1, k0:k1] @ b[k0:k1, n0:n1]
+        group = [
+            p
+            for p in range(MESH.size)
+            if all(
+                c == d or i in summed
+                for i, (c, d) in enumerate(zip(geometry.mesh_coordinate(MESH.shape, p), coordinate, strict=True))
+            )
+        ]
+        result = a[m0:m1] @ b[:, n0:n1]
+        # One colour per block of c: replicas of one block share it.
+        style = _style(plan.layout.offset_tuple_to_global_index(plan.layout.offset_to_shard()[position]))
+        table.add_row(
+            Text(_device_label(MESH, position)),
+            Text(f"[{m0}:{m1}, {k0}:{k1}]"),
+            Text(f"[{k0}:{k1}, {n0}:{n1}]"),
+            Text(str(local.tolist())),
+            Text(", ".join(f"CPU:{p}" for p in group) if summed else "(nothing to sum)"),
+            Text(str(result.tolist()), style),
+        )
+    caption = f"{title}: a {la.sharding_specs} @ b {lb.sharding_specs} -> c {plan.layout.sharding_specs}" + (
+        f" (k summed over {', '.join(plan.summed)})" if plan.summed else ""
+    )
+    return Group(Text(caption, "bold"), table)
+
+
+def spmd_matmul() -> RenderableType:
+    """The DTensor guide's sharded matmuls, device by device (layoutcore.propagation's plan)."""
+    intro = Text(
+        "c = a @ b with a = [[1, 2, 3], [4, 5, 6]] and b = [[6, 5], [4, 3], [2, 1]] on mesh x=3, y=2.\n"
+        "Each device multiplies the blocks it holds (slicing a replicated operand locally); the devices\n"
+        "along the mesh axis that shards k sum their partial products, so c is replicated over it.\n",
+        "bold",
+    )
+    return Group(
+        intro,
+        _spmd_matmul_table("The contracting axis sharded", [None, "x"], ["x", None]),
+        Text(""),
+        _spmd_matmul_table("Rows over y as well", ["y", "x"], ["x", None]),
+    )
+
+
 #: file name -> (title, drawing)
 PICTURES: dict[str, tuple[str, Callable[[], RenderableType]]] = {
     "chunk-rule.svg": ("chunk rule", chunk_rule),
     "multi-axis.svg": ("multi-axis sharding", multi_axis),
     "layouts-2d.svg": ("2-D layouts", layouts_2d),
+    "spmd-matmul.svg": ("SPMD matmul", spmd_matmul),
 }
 
 

@@ -102,7 +102,10 @@ def _all_reduce(partials: list[np.ndarray], mesh_shape: tuple[int, ...], axes: t
         groups.setdefault(key, []).append(position)
     out: list[np.ndarray] = [partials[0]] * len(partials)
     for members in groups.values():
-        total = np.array(partials[members[0]], copy=True)
+        first = partials[members[0]]
+        # A partial the local computation just made (owned, writeable) accumulates in place; a view
+        # of an input (read-only) is copied first, so no input is ever written.
+        total = first if first.flags.owndata and first.flags.writeable else np.array(first, copy=True)
         for position in members[1:]:
             np.add(total, partials[position], out=total)
         for position in members:

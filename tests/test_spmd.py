@@ -300,3 +300,27 @@ def test_elementwise_equality_and_hash() -> None:
     t = put(B, "x", U)
     assert (t == t).dtype == np.bool_ and all(c.all() for c in (t == t).components)
     assert hash(t) == hash(t) and {t: 1}[t] == 1
+
+
+def test_docs_tables_show_propagations_current_answers() -> None:
+    """docs/spmd.md's generated tables (docs/gen_spmd_tables.py) list the suite's table cases, and
+    their propagation column is what propagation answers now."""
+    from pathlib import Path
+
+    from layoutcore_conformance.test_spmd import TABLE
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "spmd.md").read_text()
+    tables = page.split("<!-- BEGIN spmd-tables")[1].split("<!-- END spmd-tables -->")[0]
+    rows = [line.split(" | ") for line in tables.splitlines() if line.startswith("| ") and "---" not in line]
+    by_case: dict[str, set[str]] = {}
+    for row in rows:
+        by_case.setdefault(row[0][2:], set()).add(row[1])
+    assert set(by_case) == {name for name, *_ in TABLE} | {"case"}, "run python docs/gen_spmd_tables.py"
+    for name, op, mesh_shape, specs, _shapes in TABLE:
+        mesh = Mesh(mesh_shape, ("x", "y")[: len(mesh_shape)])
+        try:
+            axes = op.layout(*(Layout(s, mesh) for s in specs)).axes
+            want = "[" + ", ".join("unsharded" if e is None else str(e) for e in axes) + "]"
+        except UnsupportedLayoutError:
+            want = "no rule"
+        assert by_case[name] == {want}, name
