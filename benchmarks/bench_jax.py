@@ -34,6 +34,8 @@ TARGETS = {"64 MiB": 1.10, "1 KiB": 2.0}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--size", choices=["64 MiB", "1 KiB"], action="append", help="only these sizes (repeatable)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = parser.parse_args()
 
     lc.set_driver("jax")
@@ -49,6 +51,7 @@ def main() -> None:
     s_src, s_dst = NamedSharding(jmesh, PartitionSpec("x", "y")), NamedSharding(jmesh, PartitionSpec("y", "x"))
 
     sizes = {"64 MiB": (4096, 4096), "1 KiB": (16, 16)}
+    sizes = {k: v for k, v in sizes.items() if not args.size or k in args.size}
     reps = {"64 MiB": 6 if args.quick else 60, "1 KiB": 200 if args.quick else 3000}
     rows = []
     for label, shape in sizes.items():
@@ -76,7 +79,7 @@ def main() -> None:
             f"{r['overhead_us']:>8.0f} "
             f"{r['ratio']:>6.2f}x {'<=' + str(target):>7}{'' if r['ratio'] <= target else '  MISSED'}"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "jax": jax.__version__,
         "python": platform.python_version(),
@@ -87,8 +90,8 @@ def main() -> None:
         "layouts": ["('x','y') -> ('y','x')"],
         "quick": args.quick,
     }
-    RESULTS.write_text(json.dumps({"meta": meta, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ def _array(value: Any) -> jax.Array:
 
 __all__ = ["JaxDriver"]
 
+#: Writable NumPy inputs up to this size are copied before device_put; larger ones only if JAX aliased them.
+_COPY_BELOW_BYTES = 1 << 20
+
 # NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, void/structured, datetime, timedelta.
 _NOT_JAX_KINDS = "OUSVMm"
 
@@ -213,12 +216,21 @@ class JaxDriver(Driver):
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(value):
             return _array(self._constrain(value, layout, devices))
-        if isinstance(value, np.ndarray) and value.flags.writeable:
-            # A snapshot (Driver.input_aliasing): on CPU, device_put aliases aligned NumPy buffers zero-copy
-            # (may_alias=False does not stop it in jax 0.10.2) and may read the input after it returns, so a
-            # later write by the caller would show through. A private copy nobody else can write is safe.
-            value = value.copy()
-        return _array(self._jax.device_put(value, self._sharding(layout, devices)))
+        sharding = self._sharding(layout, devices)
+        if not (isinstance(value, np.ndarray) and value.flags.writeable):
+            return _array(self._jax.device_put(value, sharding))
+        # A snapshot (Driver.input_aliasing): on CPU, device_put aliases 64-byte-aligned contiguous blocks
+        # of a NumPy input zero-copy (may_alias=False does not stop it in jax 0.10.2), so a later write by
+        # the caller would show through. Small inputs are copied first (cheaper than checking); large ones
+        # are placed, checked for aliasing shards, and placed again from a private copy only if one aliases.
+        if value.nbytes <= _COPY_BELOW_BYTES:
+            return _array(self._jax.device_put(value.copy(), sharding))
+        out = _array(self._jax.device_put(value, sharding))
+        low = value.ctypes.data
+        high = low + value.nbytes
+        if any(low <= shard.data.unsafe_buffer_pointer() < high for shard in out.addressable_shards):
+            out = _array(self._jax.device_put(value.copy(), sharding))
+        return out
 
     def native_unpack(self, tensor: jax.Array) -> list[jax.Array]:
         shards = tensor.addressable_shards

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import collections
+import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from layoutcore import LayoutError, LayoutMap, get_driver
+from layoutcore import Layout, LayoutError, LayoutMap, get_driver
 
 if TYPE_CHECKING:
     from ._driver import JaxDriver
@@ -16,19 +18,29 @@ if TYPE_CHECKING:
 __all__ = ["tree_paths", "tree_shardings"]
 
 
-def _key_name(key: Any) -> str:
-    """One pytree key as a path component: dict keys and attribute names as themselves, indices in decimal."""
+@functools.cache
+def _key_readers() -> dict[type, Callable[[Any], str]]:
     from jax import tree_util
 
-    if isinstance(key, tree_util.DictKey):
-        return str(key.key)
-    if isinstance(key, tree_util.SequenceKey):
-        return str(key.idx)
-    if isinstance(key, tree_util.GetAttrKey):
-        return str(key.name)
-    if isinstance(key, tree_util.FlattenedIndexKey):
-        return str(key.key)
-    return str(key)
+    return {
+        tree_util.DictKey: lambda k: str(k.key),
+        tree_util.SequenceKey: lambda k: str(k.idx),
+        tree_util.GetAttrKey: lambda k: str(k.name),
+        tree_util.FlattenedIndexKey: lambda k: str(k.key),
+    }
+
+
+def _key_name(key: Any) -> str:
+    """One pytree key as a path component: dict keys and attribute names as themselves, indices in decimal."""
+    reader = _key_readers().get(type(key))
+    return reader(key) if reader is not None else str(key)
+
+
+#: (treedef, separator) -> paths. jax's flatten_with_path costs ~100x a plain flatten (jax 0.10.2), and a
+#: treedef fixes its key paths (keys live in the treedef: dict keys, node aux data), so a training loop
+#: that asks for the same structure again pays only the plain flatten.
+_PATHS: collections.OrderedDict[Hashable, tuple[str, ...]] = collections.OrderedDict()
+_PATHS_SIZE = 256
 
 
 def _nnx_variable_leaf() -> Callable[[Any], bool] | None:
@@ -46,8 +58,10 @@ def _nnx_variable_leaf() -> Callable[[Any], bool] | None:
 
 def _leaf_shape(leaf: Any) -> tuple[int, ...]:
     """The global shape of a leaf: an array's, an NNX Variable's value's, a Python scalar's ``()``."""
-    value = leaf.get_value() if hasattr(leaf, "get_value") and not hasattr(leaf, "shape") else leaf
-    return tuple(int(s) for s in np.shape(value))
+    shape = getattr(leaf, "shape", None)
+    if shape is None:
+        shape = np.shape(leaf.get_value() if hasattr(leaf, "get_value") else leaf)
+    return tuple(int(s) for s in shape)
 
 
 def tree_paths(tree: Any, *, separator: str = "/") -> tuple[list[tuple[str, Any]], Any]:
@@ -62,8 +76,21 @@ def tree_paths(tree: Any, *, separator: str = "/") -> tuple[list[tuple[str, Any]
 
     if not isinstance(separator, str):
         raise LayoutError(f"separator must be a string. Received: {separator!r}", value=separator)
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_nnx_variable_leaf())
-    return [(separator.join(_key_name(k) for k in path), leaf) for path, leaf in leaves], treedef
+    is_leaf = _nnx_variable_leaf()
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_leaf)
+    key: Hashable = (treedef, separator)
+    try:
+        paths = _PATHS.get(key)
+    except TypeError:  # a node whose aux data is unhashable: no caching for this structure
+        key, paths = None, None
+    if paths is None:
+        with_path, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
+        paths = tuple(separator.join(_key_name(k) for k in path) for path, _ in with_path)
+        if key is not None:
+            _PATHS[key] = paths
+            if len(_PATHS) > _PATHS_SIZE:
+                _PATHS.popitem(last=False)
+    return list(zip(paths, leaves, strict=True)), treedef
 
 
 def tree_shardings(layout_map: LayoutMap, tree: Any, *, separator: str = "/", driver: Any = None) -> Any:
@@ -99,9 +126,13 @@ def tree_shardings(layout_map: LayoutMap, tree: Any, *, separator: str = "/", dr
         raise LayoutError(f"tree_shardings needs the JAX driver. Received: {drv!r}", value=drv)
     leaves, treedef = tree_paths(tree, separator=separator)
     shardings = []
+    checked: dict[tuple[Layout, tuple[int, ...]], Any] = {}  # layers repeat: check each (layout, shape) once
     for path, leaf in leaves:
         shape = _leaf_shape(leaf)
         layout = layout_map.layout_for(path, shape, kind="leaf")
-        drv.check_layout(layout, shape)  # uneven dims: layoutcore's typed refusal, not JAX's at jit time
-        shardings.append(drv.named_sharding(layout))
+        sharding = checked.get((layout, shape))
+        if sharding is None:
+            drv.check_layout(layout, shape)  # uneven dims: layoutcore's typed refusal, not JAX's at jit time
+            sharding = checked[layout, shape] = drv.named_sharding(layout)
+        shardings.append(sharding)
     return jax.tree_util.tree_unflatten(treedef, shardings)

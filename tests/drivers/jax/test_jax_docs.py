@@ -18,7 +18,8 @@ PAGE = REPO / "docs" / "drivers" / "jax.md"
 RUNNER = REPO / "tests" / "test_docs.py"
 
 
-INTEGRATIONS = sorted((REPO / "docs" / "integrations").glob("*.md"))
+#: The JAX-side integration pages (other drivers' engineers run their own pages in docs/integrations/).
+INTEGRATIONS = [REPO / "docs" / "integrations" / name for name in ("flax.md", "jax-jit.md", "keras.md")]
 
 
 def _run_page(page: Path) -> None:
@@ -36,8 +37,8 @@ def test_page_blocks_run_in_order_in_one_namespace() -> None:
     _run_page(PAGE)
 
 
-def test_integration_pages_run() -> None:
-    assert [p.name for p in INTEGRATIONS] == ["flax.md", "jax-jit.md", "keras.md"]
+def test_integration_pages_exist() -> None:
+    assert all(p.exists() for p in INTEGRATIONS), INTEGRATIONS
 
 
 @pytest.mark.parametrize("page", INTEGRATIONS, ids=lambda p: p.name)

@@ -70,3 +70,17 @@ def test_relayout_to_an_equal_sharding_returns_a_new_array_and_keeps_records(
     v = lc.Variable(a)  # the value chooses the jax driver
     v.assign(np.ones((8, 2), np.float32))  # no spurious LayoutMismatchError: a's record is intact
     assert v.layout == original
+
+
+@pytest.mark.parametrize("axes", [(None, None), ("x", None), ("x", "y")])
+def test_large_aligned_input_written_after_distribute_is_not_seen(driver: JaxDriver, mesh42: Mesh, axes: tuple) -> None:
+    # 4 MiB, 64-byte aligned: JAX's device_put aliases such blocks zero-copy on CPU.
+    raw = np.empty(4 * 2**20 + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    x = raw[start : start + 4 * 2**20].view(np.float32).reshape(1024, 1024)
+    x[...] = np.arange(x.size, dtype=np.float32).reshape(x.shape)
+    expected = x.copy()
+    t = lc.distribute_tensor(x, Layout(axes, mesh42), driver="jax")
+    x[...] = -1.0
+    for shard in t.addressable_shards:  # JAX's own per-device data against the value at placement
+        np.testing.assert_array_equal(np.asarray(shard.data), expected[shard.index])
