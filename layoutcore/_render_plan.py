@@ -62,7 +62,7 @@ examples:
 
 
 def _usage_error(message: str) -> Exception:
-    from ._cli import UsageError
+    from ._cli_args import UsageError
 
     return UsageError(message)
 
@@ -108,7 +108,7 @@ def layout_map_from_json(data: Any, source: str = "RULES") -> LayoutMap:
         raise _usage_error(f"{source}: expected an object with 'mesh' and 'rules'. Received keys: {_keys(data)}")
     mesh_spec = data["mesh"]
     if isinstance(mesh_spec, str):
-        from ._cli import parse_mesh
+        from ._cli_args import parse_mesh
 
         mesh = parse_mesh(mesh_spec)
     elif isinstance(mesh_spec, dict) and "shape" in mesh_spec and "axis_names" in mesh_spec:
@@ -203,7 +203,7 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
         result = plan(layout_map, variables)
     except LayoutcoreError as exc:
         raise _usage_error(str(exc)) from None
-    from ._cli import _console
+    from ._cli_args import console as _console
 
     console = _console()
     if args.json:
@@ -219,7 +219,8 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_relayout_plan(args: argparse.Namespace, extra: list[str]) -> int:
-    from ._cli import _console, parse_layout, parse_mesh, parse_shape
+    from ._cli_args import console as _console
+    from ._cli_args import parse_layout, parse_mesh, parse_shape
 
     mesh = parse_mesh(args.mesh, args.devices)
     target_mesh = mesh if args.to_mesh is None else parse_mesh(args.to_mesh, args.to_devices)
