@@ -33,19 +33,19 @@ TIMEOUT_S = 600
 FRAMEWORK = os.environ.get("LAYOUTCORE_DRIVER", "numpy")
 
 # Focused parts of the suite (pytest -k) for the mutants, and what each must fail.
-PLACEMENT_SUBSET = "test_device_data_matches_oracle or test_native_layout or capability_gate"
-LYING_SUBSET = "test_native_layout or test_device_data_matches_oracle"
-MEMORY_SUBSET = "test_memory"
+PLACEMENT_SUBSET = (
+    "test_device_data_matches_oracle or test_framework_op_output or "
+    "(capability_gate and even-distribute_tensor and not uneven)"
+)
+LYING_SUBSET = (
+    "test_native_fetch_layout_of_every_creating_path or test_framework_op_output or test_device_data_matches_oracle"
+)
 NATIVE = "test_native_layout::test_native_fetch_layout_of_every_creating_path"
 LYING_MUST_FAIL = frozenset(
     {f"{NATIVE}[distribute_tensor]", f"{NATIVE}[pack]", "test_native_layout::test_framework_op_output"}
 )
 PLACEMENT_MUST_FAIL = frozenset(
-    {
-        "test_properties::test_device_data_matches_oracle",
-        "test_capabilities::test_capability_gate[even-distribute_tensor]",
-        "test_native_layout::test_framework_op_output",
-    }
+    {"test_capabilities::test_capability_gate[even-distribute_tensor]", "test_native_layout::test_framework_op_output"}
 )
 ALIASING = "test_memory::test_caller_writes_follow_the_declared_rule"
 
@@ -61,7 +61,7 @@ class Mutant:
     must_pass: frozenset[str] = frozenset()
 
 
-def _mutants(framework: str, sharing: str, sharing_fails: set[str], sharing_passes: set[str]) -> list[Mutant]:
+def _mutants(framework: str, sharing: str, subset: str, fails: set[str], passes: set[str]) -> list[Mutant]:
     return [
         Mutant(framework, f"{framework}-reversed-devices", PLACEMENT_SUBSET, PLACEMENT_MUST_FAIL),
         Mutant(framework, f"{framework}-swapped-placements", PLACEMENT_SUBSET, PLACEMENT_MUST_FAIL),
@@ -70,9 +70,9 @@ def _mutants(framework: str, sharing: str, sharing_fails: set[str], sharing_pass
             f"{framework}-lying-fetch",
             LYING_SUBSET,
             LYING_MUST_FAIL,
-            frozenset({"test_properties::test_device_data_matches_oracle"}),
+            frozenset({"test_properties::test_device_data_matches_oracle"}),  # the data is right
         ),
-        Mutant(framework, f"{framework}-{sharing}", MEMORY_SUBSET, frozenset(sharing_fails), frozenset(sharing_passes)),
+        Mutant(framework, f"{framework}-{sharing}", subset, frozenset(fails), frozenset(passes)),
     ]
 
 
@@ -82,6 +82,7 @@ FRAMEWORK_MUTANTS: dict[str, list[Mutant]] = {
     framework: _mutants(
         framework,
         "shared-input",
+        "test_caller_writes_follow_the_declared_rule",
         {f"{ALIASING}[replicated-aligned64]", f"{ALIASING}[replicated-memmap]"},
         {f"{ALIASING}[fully_sharded-plain]"},
     )
@@ -90,10 +91,11 @@ FRAMEWORK_MUTANTS: dict[str, list[Mutant]] = {
 FRAMEWORK_MUTANTS["torch"] = _mutants(
     "torch",
     "shared-replicas",
+    "test_inplace_op_on_the_result or test_sgd_step",
     {
-        "test_memory::test_sgd_step_matches_numpy[replicated]",
         "test_memory::test_inplace_op_on_the_result_keeps_the_input[replicated]",
-        "test_memory::test_two_variables_never_share_storage[replicated]",
+        "test_memory::test_inplace_op_on_the_result_keeps_the_input[sharded]",
+        "test_memory::test_sgd_step_matches_numpy[replicated]",
     },
     {"test_memory::test_sgd_step_matches_numpy[fully_sharded]"},  # no replicas there: nothing shared
 )
@@ -264,7 +266,7 @@ def test_broken_drivers_are_registered_by_the_plugin(driver: str) -> None:
 def test_framework_mutant_fails(tmp_path: Path, mutant: Mutant) -> None:
     run = run_suite(tmp_path, mutant.driver, plugin=f"broken_{mutant.framework}", profile="smoke", subset=mutant.subset)
     assert run.returncode == 1, run.output[-6000:]
-    assert f"driver {mutant.driver!r}" in run.output
+    assert f"driver {mutant.driver!r}" in run.output  # the plugin registered it; the header names it
     assert mutant.must_fail <= run.failed, sorted(mutant.must_fail - run.failed)
     assert mutant.must_pass <= run.passed, sorted(mutant.must_pass - run.passed)
 
@@ -280,13 +282,4 @@ def test_framework_control_passes(tmp_path: Path, framework: str) -> None:
     subset = " or ".join(f"({s})" for s in sorted({m.subset for m in FRAMEWORK_MUTANTS[framework]}))
     run = run_suite(tmp_path, framework, plugin=False, profile="smoke", subset=subset)
     assert run.returncode == 0 and not run.failed, (sorted(run.failed), run.output[-6000:])
-    assert run.counts.get("passed", 0) > 30, run.counts
-
-
-@pytest.mark.parametrize("mutant", _framework_params())
-def test_framework_mutants_are_registered_by_their_plugin(mutant: Mutant) -> None:
-    module = f"broken_{mutant.framework}"
-    code = f"import {module}, layoutcore; print(layoutcore.get_driver({mutant.driver!r}).name)"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH", "")])))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == mutant.driver, out.stderr[-3000:]
+    assert run.counts.get("passed", 0) >= 10, run.counts

@@ -5,7 +5,8 @@
   framework tensor.
 * Two Variables made from one array, one framework tensor or one distributed tensor never share storage.
 * One SGD-like step ``v -= lr * g`` (through ``Variable.assign`` of the framework's ``v - lr * g``, and in
-  place where the framework has in-place ops) on a replicated and on a sharded parameter equals NumPy's.
+  place, on the Variable and on a ``distribute_tensor`` result, where the framework has in-place ops) on a
+  replicated and on a sharded parameter equals NumPy's.
   Each replica owns its storage, so an in-place update is applied once per replica, as on a real group.
 * The other direction, the caller writing its array after ``distribute_tensor``, follows the rule the
   driver declares in ``Driver.input_aliasing``: ``"snapshot"`` (the result never changes) or ``"shares"``
@@ -152,6 +153,10 @@ def test_sgd_step_matches_numpy(driver: lc.Driver, adapter: ConformanceAdapter, 
     if adapter.subtract_inplace(param.value, step):
         expected = expected - lr * g
         assert_device_data(adapter, param.value, expected, case, what="w -= lr * g in place (once per replica)")
+    # A distributed tensor used as a parameter directly (what torch's distribute_module makes of a weight).
+    tensor = lc.distribute_tensor(w, layout)
+    if adapter.subtract_inplace(tensor, step):
+        assert_device_data(adapter, tensor, w - lr * g, case, what="w -= lr * g in place on distribute_tensor(w)")
     np.testing.assert_array_equal(w, case.values() / np.float32(4), err_msg="the SGD step wrote into the caller's w")
 
 
