@@ -12,7 +12,7 @@ This module never imports the driver module: results are built with ``type(opera
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,26 +91,29 @@ def _block(
     return slice(start, stop)
 
 
-def _all_reduce(partials: list[np.ndarray], mesh_shape: tuple[int, ...], axes: tuple[int, ...]) -> list[np.ndarray]:
+def _all_reduce(partials: Iterable[np.ndarray], mesh_shape: tuple[int, ...], axes: tuple[int, ...]) -> list[np.ndarray]:
     """Simulated all-reduce (sum) over mesh axes ``axes``: each group of devices that differ only
     on those axes gets its members' sum, added in row-major device order. Members share the
-    (read-only) sum, as replicas share a block."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for position in range(len(partials)):
+    (read-only) sum, as replicas share a block.
+
+    ``partials`` yields one partial per device, row-major; each joins its group's sum as soon as it
+    arrives, so the simulation holds one partial per group, not one per device.
+    """
+    totals: dict[tuple[int, ...], np.ndarray] = {}
+    keys = []
+    for position, partial in enumerate(partials):
         coord = geometry.mesh_coordinate(mesh_shape, position)
         key = tuple(c for i, c in enumerate(coord) if i not in axes)
-        groups.setdefault(key, []).append(position)
-    out: list[np.ndarray] = [partials[0]] * len(partials)
-    for members in groups.values():
-        first = partials[members[0]]
-        # A partial the local computation just made (owned, writeable) accumulates in place; a view
-        # of an input (read-only) is copied first, so no input is ever written.
-        total = first if first.flags.owndata and first.flags.writeable else np.array(first, copy=True)
-        for position in members[1:]:
-            np.add(total, partials[position], out=total)
-        for position in members:
-            out[position] = total
-    return out
+        keys.append(key)
+        total = totals.get(key)
+        if total is None:
+            # A partial the local computation just made (owned, writeable) accumulates in place; a
+            # view of an input (read-only) is copied first, so no input is ever written.
+            owned = partial.flags.owndata and partial.flags.writeable
+            totals[key] = partial if owned else np.array(partial, copy=True)
+        else:
+            np.add(total, partial, out=total)
+    return [totals[key] for key in keys]
 
 
 def _fresh(array: Any) -> np.ndarray:
@@ -154,8 +157,9 @@ def _execute(
                     op.layout,
                 )
     index_of = {name: i for i, name in enumerate(mesh.axis_names)}
-    results: list[Any] = []
-    for position in range(mesh.size):
+
+    def device_args(position: int) -> list[Any]:
+        """The operands as device ``position`` holds them, sliced to its blocks."""
         coord = geometry.mesh_coordinate(mesh.shape, position)
         blocks = {label: _block(entries[label], sizes[label], mesh.shape, index_of, coord) for label in sizes}
         args: list[Any] = []
@@ -174,17 +178,23 @@ def _execute(
             )
             component = op.components[position]
             args.append(component[key] if any(k != slice(None) for k in key) else component)
-        results.append(local(*args))
-    multi = isinstance(results[0], tuple)
-    outputs = list(zip(*results, strict=True)) if multi else [results]
-    built = []
+        return args
+
     summed = tuple(index_of[name] for name in contraction.summed)
+    outputs: list[list[np.ndarray]]
+    multi = False
+    if summed:  # one output; partials stream into the all-reduce
+        partials = (np.asarray(local(*device_args(position))) for position in range(mesh.size))
+        outputs = [_all_reduce(partials, mesh.shape, summed)]
+    else:
+        results = [local(*device_args(position)) for position in range(mesh.size)]
+        multi = isinstance(results[0], tuple)
+        per_output = list(zip(*results, strict=True)) if multi else [results]
+        outputs = [[np.asarray(r) for r in per_device] for per_device in per_output]
     if out_shape is None:
         out_shape = tuple(sizes[label] for label in contraction.output)
-    for per_device in outputs:
-        arrays = [np.asarray(r) for r in per_device]
-        if summed:
-            arrays = _all_reduce(arrays, mesh.shape, summed)
+    built = []
+    for arrays in outputs:
         if post is not None:
             arrays = _share(arrays, post)
         components = tuple(_fresh_shared(arrays))
