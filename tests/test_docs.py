@@ -39,7 +39,14 @@ INTEGRATION_PAGES = DOCS / "integrations"
 #: At most this many ``no-run`` blocks in all pages together.
 MAX_NO_RUN = 3
 #: Pages that must keep runnable examples (guards against a fence-parsing slip running nothing).
-PAGES_WITH_EXAMPLES = ("index.md", "concepts.md", "layout-map.md", "driver-authors.md", "framework-mapping.md")
+PAGES_WITH_EXAMPLES = (
+    "index.md",
+    "concepts.md",
+    "layout-map.md",
+    "before-you-run.md",
+    "driver-authors.md",
+    "framework-mapping.md",
+)
 
 #: Fence languages that are run; ``pycon`` (``>>>`` sessions) is refused rather than silently skipped.
 PYTHON_LANGUAGES = frozenset({"python", "py", "python3"})
