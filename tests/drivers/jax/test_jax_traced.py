@@ -101,16 +101,16 @@ def test_fetch_layout_inside_jit_on_explicit_axes_reads_jax_types(mesh42: Mesh) 
 
 def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh) -> None:
     layout = Layout((None, "model"), mesh42)
-    # The hook constrains the traced result (nested jit with out_shardings); DESIGN §2a allows the
-    # front-end to refuse a traced result with a layoutcore error, never with JAX's AttributeError.
+    # DESIGN §2a: inside the compiler call_with_layout works or raises a layoutcore error (never JAX's
+    # AttributeError). The front-end refuses a traced result (feature "traced"); the driver's hook itself
+    # constrains it (a nested jit with out_shardings), which the compiled output shows.
     try:
         out = jax.jit(lambda v: lc.call_with_layout(lambda a: a * 3, layout, v, driver="jax"))(X)
-    except lc.LayoutcoreError:
-        out = driver.native_call_with_layout(lambda a: a * 3, layout, driver.bind_mesh(mesh42), (X,), {})
-        traced = jax.jit(
-            lambda v: driver.native_call_with_layout(lambda a: a * 3, layout, driver.bind_mesh(mesh42), (v,), {})
-        )(X)
-        assert traced.sharding.is_equivalent_to(driver.named_sharding(layout), 2)
+    except lc.UnsupportedLayoutError as refused:
+        assert refused.feature == "traced" and refused.driver == "jax"
+        devices = driver.bind_mesh(mesh42)
+        out = jax.jit(lambda v: driver.native_call_with_layout(lambda a: a * 3, layout, devices, (v,), {}))(X)
+        assert out.sharding.is_equivalent_to(driver.named_sharding(layout), 2)
     assert lc.fetch_layout(out, driver="jax") == layout
     _assert_data(out, layout, X * 3, driver)
 
