@@ -253,6 +253,14 @@ class Plan:
     device_bytes: tuple[int, ...]
     replicated_bytes: int
 
+    def __repr__(self) -> str:
+        # A model's plan has thousands of entries: count them, as RelayoutPlan counts its transfers.
+        return (
+            f"Plan(mesh={self.mesh!r}, entries=<{len(self.entries)} entries>, unmatched={self.unmatched!r}, "
+            f"unused_patterns={self.unused_patterns!r}, device_bytes={self.device_bytes!r}, "
+            f"replicated_bytes={self.replicated_bytes})"
+        )
+
     @property
     def max_device_bytes(self) -> int:
         """The most any one device holds."""

@@ -67,6 +67,7 @@ def test_entries_patterns_and_device_bytes() -> None:
         assert sum(entry.device_bytes) >= entry.nbytes
     totals = [sum(e.device_bytes[d] for e in result.entries) for d in range(8)]
     assert list(result.device_bytes) == totals and result.max_device_bytes == max(totals)
+    assert repr(result).startswith("Plan(mesh=Mesh((4, 2), ('data', 'model')), entries=<6 entries>, unmatched=(")
 
 
 def test_unmatched_unused_and_replicated_bytes() -> None:
