@@ -249,3 +249,18 @@ def test_importing_layoutcore_keras_imports_neither_keras_nor_jax() -> None:
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
+
+def test_model_parallel_on_a_backend_without_distribution_is_refused_typed() -> None:
+    code = (
+        "import os, json\n"
+        "os.environ['KERAS_BACKEND'] = 'numpy'\n"
+        "import layoutcore as lc, layoutcore.keras as lk\n"
+        "try:\n"
+        "    lk.ModelParallel(lc.LayoutMap(lc.Mesh((2,), ('batch',))))\n"
+        "except lc.UnsupportedLayoutError as e:\n"
+        "    print(json.dumps([e.driver, e.feature]))\n"
+    )
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["keras", "backend:numpy"]
