@@ -545,7 +545,15 @@ class LayoutMap(MutableMapping[str, Layout]):
 
     def __repr__(self) -> str:
         items = ", ".join(f"{k!r}: {v.axes!r}" for k, v in self._layouts.items())
-        return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r})"
+        options = "".join(
+            f", {name}={value!r}"
+            for name, value, default in (
+                ("on_multiple", self._on_multiple, "error"),
+                ("on_missing", self._on_missing, "replicate"),
+            )
+            if value != default
+        )
+        return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r}{options})"
 
 
 def _bigrams(text: str) -> frozenset[str]:

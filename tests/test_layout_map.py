@@ -318,6 +318,13 @@ def test_on_missing_error_raises_in_layout_for_and_in_layout_map_scope() -> None
         assert Variable(np.zeros((2, 6)), path="dense/kernel").layout == Layout([None, "y"], MESH)
 
 
+def test_repr_names_non_default_policies() -> None:
+    lm = LayoutMap(MESH, on_missing="warn")
+    lm["k"] = ("x",)
+    assert repr(lm) == ("LayoutMap({'k': ('x',)}, mesh=Mesh((2, 3), ('x', 'y')), match='search', on_missing='warn')")
+    assert "on_missing" not in repr(LayoutMap(MESH))
+
+
 def test_bad_on_missing_raises() -> None:
     with pytest.raises(LayoutError, match="on_missing"):
         LayoutMap(MESH, on_missing="ignore")  # type: ignore[arg-type]
