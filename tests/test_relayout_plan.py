@@ -243,7 +243,8 @@ def relayout_cases(draw: st.DrawFn) -> tuple[Layout, Layout, tuple[int, ...]]:
     return draw(layouts(source_mesh, rank)), draw(layouts(target_mesh, rank)), shape
 
 
-@settings(deadline=None, max_examples=150)
+# At least 150 examples (about 2 s); the "fuzz" profile (HYPOTHESIS_PROFILE=fuzz) runs 10 000.
+@settings(deadline=None, max_examples=max(150, settings.default.max_examples))
 @given(relayout_cases())
 def test_transfers_rebuild_the_target_exactly(case: tuple[Layout, Layout, tuple[int, ...]]) -> None:
     source, target, shape = case
