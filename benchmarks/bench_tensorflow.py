@@ -12,7 +12,8 @@ alternate within every repetition (which goes first alternates too); TF's eager 
 synchronous, so each call is complete when it returns. The table shows medians and the ratio
 of medians. Targets: <= 1.10x at 64 MiB, <= 2x at 1 KiB.
 
-Run: ``python benchmarks/bench_tensorflow.py [--quick]``; writes ``benchmarks/results/bench_tensorflow.json``.
+Run: ``python benchmarks/bench_tensorflow.py [--quick] [--size "1 KiB"] [--out PATH]``; writes
+``benchmarks/results/bench_tensorflow.json`` by default.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ LAYOUTS = [(("x", "y"), ("y", None)), (("x", None), (None, "y"))]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--size", choices=list(SIZES), action="append", help="only these sizes (repeatable)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = parser.parse_args()
 
     lc.set_driver("tensorflow")
@@ -50,6 +53,8 @@ def main() -> None:
     mesh = lc.Mesh((4, 2), ("x", "y"))
     rows = []
     for size_name, shape in SIZES.items():
+        if args.size and size_name not in args.size:
+            continue
         big = size_name == "64 MiB"
         reps, warmup = (5, 2) if args.quick else ((31, 3) if big else (301, 20))
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
@@ -82,8 +87,8 @@ def main() -> None:
             f"{r['op']:18} {r['size']:7} {r['layout']:30} {r['native_s'] * 1e3:11.3f} {r['layoutcore_s'] * 1e3:14.3f} "
             f"{r['ratio']:6.2f} {'<=' + str(target):>7} {flag}"
         )
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(
         json.dumps(
             {
                 "benchmark": "bench_tensorflow",
@@ -99,7 +104,7 @@ def main() -> None:
         )
         + "\n"
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

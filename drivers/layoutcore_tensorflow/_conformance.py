@@ -49,7 +49,7 @@ class TensorFlowAdapter(ConformanceAdapter):
         """``tf.function(fn)``, called with every plain tensor argument made a replicated DTensor.
 
         TF runs a function on DTensor's device only when an input is a DTensor (or under
-        ``dtensor.run_on(mesh)``); a function of plain tensors runs on the CPU, where DTensor's ops
+        ``dtensor.default_mesh(mesh)``); a function of plain tensors runs on the CPU, where DTensor's ops
         have no kernel. So, as a DTensor user does, plain arguments are copied to the mesh that
         the traced graph's first ``Relayout`` op names (raw ``dtensor.copy_to_mesh``).
         """

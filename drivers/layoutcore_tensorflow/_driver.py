@@ -14,7 +14,7 @@ from layoutcore import Capability, Driver, Layout, LayoutError, Mesh, Unsupporte
 
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
-from ._runtime import configure_cpu_devices, global_device_names, tf_modules
+from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
 
 if TYPE_CHECKING:
     import contextlib
@@ -70,9 +70,10 @@ class TensorFlowDriver(Driver):
     calls from many threads are safe and run one at a time. TF operations a user runs on
     DTensors from several threads are not covered.
 
-    Memory: ``distribute_tensor`` of a NumPy array copies it first (a snapshot): TF would
-    otherwise alias a 64-byte-aligned input (and a memmap), so later writes by the caller would
-    show through. Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout``
+    Memory: ``distribute_tensor`` and ``pack`` take a snapshot of NumPy input (``input_aliasing =
+    "snapshot"``): TF wraps a C-contiguous, 64-byte-aligned buffer (a memmap, most small arrays,
+    some row blocks) zero-copy, so such a buffer is copied first (:func:`_owned`); TF copies
+    every other array itself, and layoutcore adds no second copy. Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout``
     and ``distribute_tensor`` add DTensor's ``Relayout`` op, and ``fetch_layout`` answers where
     the graph fixes the layout (see :mod:`layoutcore_tensorflow._graph`).
     """
@@ -95,6 +96,7 @@ class TensorFlowDriver(Driver):
         super().__init__()
         configure_cpu_devices()
         self._tf, self._dtensor = tf_modules()
+        leave_layoutcore_to_python()
         devices, local = global_device_names()
         self._devices: tuple[str, ...] = devices
         #: This client's devices (all of them in a single-client process).
@@ -111,6 +113,7 @@ class TensorFlowDriver(Driver):
 
         self._eager_tensor = EagerTensor
         self._dtensor_device = self._dtensor.device_name()
+        self._text = _TextDtypes()
 
     # -- devices ------------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -180,10 +183,6 @@ class TensorFlowDriver(Driver):
     def prepare_input(self, value: Any) -> Any:
         if isinstance(value, self._tf.Variable):
             return value.read_value()
-        if isinstance(value, np.ndarray):
-            # A snapshot: TF aliases 64-byte-aligned arrays (and memmaps) instead of copying them, so
-            # the caller's later writes would show through the distributed value (DESIGN §2a).
-            return np.array(value, copy=True)
         return super().prepare_input(value)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
@@ -205,26 +204,30 @@ class TensorFlowDriver(Driver):
 
     @_serialized
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        return self._text.carry(self._place(value, layout, devices), value)
+
+    def _place(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
         native = self._native(layout, devices)
         if not self._tf.executing_eagerly():
             # Tracing a tf.function: DTensor's Relayout op is the sharding constraint.
             return dtensor.relayout(self._tf.convert_to_tensor(value), native)
         if native.is_fully_replicated():  # TF's notion: a size-1 sharded axis is not replicated there
-            return dtensor.copy_to_mesh(value, native)
+            return dtensor.copy_to_mesh(_owned(value), native)
         shape = self.shape_of(value)
-        if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES:
+        if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES and not _is_text(value):
             replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
-            return self._exact(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), native), layout, native)
+            placed = dtensor.relayout(dtensor.copy_to_mesh(_owned(value), replicated), native)
+            return self._exact(placed, layout, native)
         # Small values: a pack of the distinct blocks, each sliced from the input once.
         slices = _slices(layout, shape)
-        blocks = layout.offset_to_shard()
+        blocks = _blocks(layout)
         made: dict[tuple[int, ...], Any] = {}
         components = []
         for position in self.local_positions(layout.mesh, devices):  # type: ignore[arg-type]  # this client's
             block = blocks[position]
             if block not in made:
-                made[block] = value[slices[position]]
+                made[block] = _owned(value[slices[position]])
             components.append(made[block])
         return dtensor.pack(components, native)
 
@@ -237,10 +240,14 @@ class TensorFlowDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
-        return self._dtensor.pack(components, self._native(layout, devices))
+        packed = self._dtensor.pack([_owned(c) for c in components], self._native(layout, devices))
+        return self._text.carry(packed, components[0])
 
     @_serialized
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        return self._text.carry(self._relayout(tensor, layout, devices), tensor)
+
+    def _relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         dtensor = self._dtensor
         tensor = self._tensor(tensor)
         native = self._native(layout, devices)
@@ -266,13 +273,14 @@ class TensorFlowDriver(Driver):
         if 0 in shape:
             # Nothing to move; TF's collectives fail on empty shapes ("shape in CollectiveParams
             # should be non-empty"), so build the empty components directly.
-            return self.native_distribute(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
-        if source.mesh.to_string() == native.mesh.to_string():
+            return self._place(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
+        if source.mesh.to_string() == native.mesh.to_string() and not _is_text(tensor):
             return self._exact(dtensor.relayout(tensor, native), layout, native)
-        # Another mesh. DTensor's relayout works within one mesh, and its cross-mesh copy_to_mesh
-        # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), so
-        # the value goes through host memory: read once, then placed as distribute_tensor does.
-        return self.native_distribute(self.native_to_numpy(tensor), layout, devices)
+        # Another mesh, or text. DTensor's relayout works within one mesh, its cross-mesh copy_to_mesh
+        # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), and its
+        # collectives refuse tf.string; so the value goes through host memory: read once, then placed
+        # as distribute_tensor does.
+        return self._place(self._to_numpy(tensor), layout, devices)
 
     @_serialized
     def native_fetch_layout(self, tensor: Any) -> Layout:
@@ -293,6 +301,9 @@ class TensorFlowDriver(Driver):
     @_serialized
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         self._refuse_traced(tensor, "to_numpy")
+        return self._text.restore(self._to_numpy(tensor), tensor)
+
+    def _to_numpy(self, tensor: Any) -> np.ndarray:
         dtensor = self._dtensor
         tensor = self._tensor(tensor)
         native = dtensor.fetch_layout(tensor)
@@ -302,7 +313,7 @@ class TensorFlowDriver(Driver):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         devices: tuple[str, ...] = mesh.devices  # type: ignore[assignment]
         positions = self.local_positions(mesh, devices)
-        blocks = layout.offset_to_shard()
+        blocks = _blocks(layout)
         first: dict[tuple[int, ...], int] = {}
         for index, position in enumerate(positions):
             first.setdefault(blocks[position], index)
@@ -403,11 +414,11 @@ class TensorFlowDriver(Driver):
     def variable_create(self, value: Any, layout: Layout) -> Any:
         variable = self._dtensor.DVariable(value)
         variable._layoutcore_layout = layout  # what fetch_layout of a read answers
-        return variable
+        return self._text.carry(variable, value)
 
     @_serialized
     def variable_read(self, handle: Any) -> Any:
-        return handle.read_value()
+        return self._text.carry(handle.read_value(), handle)
 
     @_serialized
     def variable_assign(self, handle: Any, value: Any) -> None:
@@ -428,15 +439,84 @@ class TensorFlowDriver(Driver):
         return keras_layout_map_scope(self, layout_map)
 
 
+class _TextDtypes:
+    """Which DTensors hold text the caller gave as a NumPy ``str`` (``<U5``) or ``bytes`` (``S5``) array.
+
+    TF stores text as UTF-8 bytes (``tf.string``), so ``.numpy()`` gives an array of ``bytes``
+    objects; the dtype the caller put in is kept here, for as long as the tensor lives, and passed
+    on to what ``relayout``, variables and reads make of it, so that ``to_numpy`` gives it back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._table: dict[int, tuple[weakref.ref[Any], np.dtype[Any]]] = {}
+
+    def of(self, value: Any) -> np.dtype[Any] | None:
+        """The text dtype ``value`` holds (a NumPy text array's own, or a DTensor's record)."""
+        if isinstance(value, np.ndarray):
+            return value.dtype if value.dtype.kind in "US" else None
+        entry = self._table.get(id(value))
+        return entry[1] if entry is not None and entry[0]() is value else None
+
+    def carry(self, result: Any, source: Any) -> Any:
+        """``result``, recorded as holding ``source``'s text dtype where it has one."""
+        dtype = self.of(source) if self._table or isinstance(source, np.ndarray) else None
+        if dtype is None:
+            return result
+        key, table, lock = id(result), self._table, self._lock
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            with lock:
+                if table.get(key, (None,))[0] is ref:
+                    del table[key]
+
+        with lock:
+            table[key] = (weakref.ref(result, forget), dtype)
+        return result
+
+    def restore(self, array: np.ndarray, tensor: Any) -> np.ndarray:
+        """``array`` (``bytes`` objects read from ``tensor``) in the recorded text dtype (decoded for ``str``)."""
+        dtype = self.of(tensor) if self._table else None
+        if dtype is None:
+            return array
+        if dtype.kind == "S":
+            return array.astype(dtype)
+        return np.char.decode(array.astype(np.bytes_), "utf-8").astype(dtype)
+
+
+#: TF (EIGEN_MAX_ALIGN_BYTES) wraps a NumPy buffer aligned to this many bytes without copying it.
+_TF_ALIGN = 64
+
+
+def _owned(value: Any) -> Any:
+    """``value``, copied where TF would alias its memory: a C-contiguous NumPy array at a 64-byte
+    aligned address (TF 2.21 wraps those zero-copy, so the caller's later writes would show through).
+    Other arrays TF copies itself, and tensors are immutable: both pass unchanged."""
+    if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ctypes.data % _TF_ALIGN == 0:
+        return np.array(value, copy=True)
+    return value
+
+
+def _is_text(value: Any) -> bool:
+    """A NumPy text/object array or a ``tf.string`` tensor (DTensor's collectives refuse strings)."""
+    dtype = value.dtype
+    return bool(
+        getattr(dtype, "name", "") == "string" or np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).kind in "USO"
+    )
+
+
 def _itemsize(value: Any) -> int:
     dtype = value.dtype
     return int(np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize)
 
 
 @functools.lru_cache(maxsize=4096)
-def _slices_cached(layout: Layout, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+def _slices(layout: Layout, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+    """``layout.device_slices(shape)``, cached (the geometry is pure and the pack path asks per call)."""
     return tuple(layout.device_slices(shape))
 
 
-def _slices(layout: Layout, shape: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
-    return _slices_cached(layout, shape)
+@functools.lru_cache(maxsize=4096)
+def _blocks(layout: Layout) -> tuple[tuple[int, ...], ...]:
+    """``layout.offset_to_shard()``, cached."""
+    return tuple(layout.offset_to_shard())

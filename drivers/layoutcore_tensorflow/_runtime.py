@@ -35,6 +35,22 @@ def tf_modules() -> tuple[ModuleType, ModuleType]:
     return tf, dtensor
 
 
+def leave_layoutcore_to_python() -> None:
+    """Tell autograph (``tf.function``'s default) not to rewrite layoutcore's own code.
+
+    Called inside a ``tf.function``, layoutcore's functions are plain Python that runs once while
+    TF traces; autograph would otherwise convert them, and every helper they call, and warn where
+    it cannot. ``DoNotConvert`` is how TF itself exempts numpy and its own modules.
+    """
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError:  # pragma: no cover - TF moved it; autograph then converts (and may warn)
+        return
+    ours = tuple(config.DoNotConvert(name) for name in ("layoutcore", "layoutcore_tensorflow"))
+    if not any(rule.matches("layoutcore") for rule in config.CONVERSION_RULES):
+        config.CONVERSION_RULES = ours + tuple(config.CONVERSION_RULES)
+
+
 def accelerator_system_initialized() -> bool:
     """Whether ``dtensor.initialize_accelerator_system`` ran in this process (multi-client set-up)."""
     tf_modules()

@@ -113,3 +113,20 @@ def test_protos_are_pure_value_conversions(driver: TensorFlowDriver) -> None:
     assert as_proto(tpu_layout) == dtensor.Layout([dtensor.UNSHARDED, "y"], native).as_proto()
     assert from_proto(as_proto(tpu)) == tpu
     assert from_proto(as_proto(tpu_layout)) == tpu_layout
+
+
+def test_unicode_text_comes_back_as_the_dtype_put_in(driver: TensorFlowDriver) -> None:
+    mesh = lc.Mesh((2, 2), ("x", "y"))
+    text = np.array([["ab", "é", "ñu", ""], ["x", "yy", "zzz", "🙂"]])  # <U3; TF holds UTF-8 bytes
+    t = lc.distribute_tensor(text, lc.Layout((None, "y"), mesh))
+    assert dtensor.unpack(t)[1].numpy().tolist() == [[b"\xc3\xb1u", b""], [b"zzz", "🙂".encode()]]  # TF's own view
+    for got in (
+        lc.to_numpy(t),
+        lc.to_numpy(lc.relayout(t, lc.Layout(("x", None), mesh))),
+        lc.Variable(t).numpy(),
+    ):
+        assert got.dtype == text.dtype
+        np.testing.assert_array_equal(got, text)
+    raw = np.array([b"ab", b"c"])
+    got = lc.to_numpy(lc.distribute_tensor(raw, lc.Layout(("x",), mesh)))
+    assert got.dtype == raw.dtype and got.tolist() == [b"ab", b"c"]  # bytes in, bytes out

@@ -105,9 +105,9 @@ def test_tf_function_training_step_matches_eager(mesh: lc.Mesh) -> None:
         step = make_step(params, batch)
         if mode == "tf.function":
             step = tf.function(step, autograph=False)
-        # Eager gradients make new tensors (ones for the loss' gradient): run_on gives them the mesh.
+        # Eager gradients make new tensors (ones for the loss' gradient): default_mesh gives them the mesh.
         # The tf.function step needs no such scope (its DTensor inputs put it on the mesh).
-        scope = dtensor.run_on(to_tensorflow_mesh(mesh)) if mode == "eager" else contextlib.nullcontext()
+        scope = dtensor.default_mesh(to_tensorflow_mesh(mesh)) if mode == "eager" else contextlib.nullcontext()
         with scope:
             losses = [
                 float(lc.to_numpy(step(lc.distribute_tensor(x, batch), lc.distribute_tensor(y, batch))))  # type: ignore[operator]
