@@ -40,8 +40,6 @@ __all__ = [
 
 #: How many Mesh -> DeviceMesh conversions (and rank grids) the driver keeps.
 MAX_MESHES = 256
-#: Attribute set on the DeviceMeshes the driver makes: ``(mesh the user gave, its concrete binding)``.
-_TAG = "_layoutcore_mesh"
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -88,7 +86,7 @@ class MeshTable:
         bind_mesh: the driver's ``bind_mesh`` (the devices a Mesh runs on, row-major).
     """
 
-    __slots__ = ("_bind", "_by_eq", "_grids", "_meshes", "_mode")
+    __slots__ = ("_bind", "_by_eq", "_by_id", "_grids", "_meshes", "_mode")
 
     def __init__(self, mode: ProcessGroupMode, bind_mesh: Callable[[Mesh], tuple[str, ...]]) -> None:
         self._mode = mode
@@ -98,12 +96,16 @@ class MeshTable:
         # DeviceMesh -> concrete Mesh, by torch equality (same ranks and names): for an equal DeviceMesh that
         # torch's sharding-propagation caches handed a DTensor in place of ours.
         self._by_eq: _Bounded[Any, Mesh] = _Bounded(MAX_MESHES)
+        # id(DeviceMesh) -> (the DeviceMesh, the Mesh the user gave, its concrete binding), for the ones made here
+        # (a table, not an attribute on the DeviceMesh: torch.compile treats DeviceMesh as an opaque object).
+        self._by_id: _Bounded[int, tuple[Any, Mesh, Mesh]] = _Bounded(MAX_MESHES)
 
     def clear(self) -> None:
         """Forget every DeviceMesh (the default group changed)."""
         self._meshes.clear()
         self._grids.clear()
         self._by_eq.clear()
+        self._by_id.clear()
 
     def device_mesh(self, mesh: Mesh) -> Any:
         """The ``DeviceMesh`` of ``mesh`` (abstract or device-bound), one per Mesh value and world.
@@ -143,8 +145,8 @@ class MeshTable:
             else:  # the same ranks under other names: reuse the grid's process groups
                 native = DeviceMesh.from_group(groups, world.device_type, grid, mesh_dim_names=mesh.axis_names)
         concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
-        setattr(native, _TAG, (mesh, concrete))
         native = self._meshes.setdefault(mesh, native)
+        self._by_id.setdefault(id(native), (native, mesh, concrete))
         self._by_eq.setdefault(native, concrete)
         return native
 
@@ -156,9 +158,9 @@ class MeshTable:
         Raises:
             LayoutError: a foreign DeviceMesh without ``mesh_dim_names``.
         """
-        tag = getattr(device_mesh, _TAG, None)
-        if tag is not None:
-            return tag[1] if concrete else tag[0]  # type: ignore[no-any-return]
+        known_id = self._by_id.get(id(device_mesh))
+        if known_id is not None and known_id[0] is device_mesh:
+            return known_id[2] if concrete else known_id[1]
         known = self._by_eq.get(device_mesh)
         if known is not None:
             return known

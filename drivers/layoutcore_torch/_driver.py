@@ -48,6 +48,7 @@ from layoutcore import (
     Layout,
     LayoutError,
     Mesh,
+    UnsupportedLayoutError,
 )
 
 from . import _convert, _factories, _private
@@ -183,6 +184,7 @@ class TorchDriver(Driver):
         return result
 
     def native_unpack(self, tensor: Any) -> list[Any]:
+        self._refuse_traced("unpack", tensor)
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
         with self.spmd(mesh.size):  # an op on a LocalTensor enters LocalTensorMode: under the simulation's lock
             local = tensor.to_local()
@@ -209,6 +211,7 @@ class TorchDriver(Driver):
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute``, which also reduces pending sums (``Partial``) into ``layout``."""
+        self._refuse_traced("relayout", tensor)
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
@@ -229,10 +232,12 @@ class TorchDriver(Driver):
             return moved
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
+        self._refuse_traced("read the layout of", tensor)
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
         return _convert.layout_from_placements(tensor.placements, mesh, tensor.ndim)
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
+        self._refuse_traced("read to the host", tensor)
         with self.spmd(tensor.device_mesh.size()):
             full = tensor.full_tensor()
         if _private.is_local_tensor(full):  # simulated: every rank holds the same gathered value
@@ -243,8 +248,20 @@ class TorchDriver(Driver):
     # ==========================================================================================
     # Optional hooks
     # ==========================================================================================
+    def is_traced(self, value: Any) -> bool:
+        """Whether this call runs under ``torch.compile``'s tracer (dynamo), where ``value`` is a fake tensor.
+
+        The driver does not declare ``Capability.TRACED``, so the front-end then raises
+        ``UnsupportedLayoutError(feature="traced")``: dynamo cannot trace layoutcore's bookkeeping (locks,
+        weak references) nor build a ``DeviceMesh``, and under ``LocalTensorMode`` it would not see the
+        simulated ranks. Call layoutcore outside the compiled function, and DTensor's own ``redistribute``
+        inside it.
+        """
+        return bool(self._torch.compiler.is_compiling())
+
     def native_mesh(self, tensor: Any) -> Mesh:
         """The concrete mesh of ``tensor``, pending sums (``Partial``) included."""
+        self._refuse_traced("relayout", tensor)
         return self._meshes.mesh_of(tensor.device_mesh, concrete=True)
 
     def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
@@ -263,6 +280,7 @@ class TorchDriver(Driver):
     ) -> Any:
         """torch's own factories (``torch.ones``, ``zeros``, ``empty``, ``full``) become their DTensor twins,
         which create each shard in place; any other ``fn`` runs once and is distributed."""
+        self._refuse_traced("call_with_layout", fn)
         factory = _factories.dtensor_factory(fn)
         parsed = _factories.factory_call(self._torch, fn, args, kwargs) if factory is not None else None
         if factory is None or parsed is None:
@@ -272,7 +290,9 @@ class TorchDriver(Driver):
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         with self.spmd(mesh.size):
-            return factory(size, *extra, device_mesh=device_mesh, placements=_convert.placements(layout), **options)
+            # Never traced: dynamo fails inside DTensor's factories on a simulated mesh (LocalIntNode coordinates).
+            make = self._torch.compiler.disable(factory)
+            return make(size, *extra, device_mesh=device_mesh, placements=_convert.placements(layout), **options)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
         return tuple(int(s) for s in value.shape)
@@ -301,6 +321,21 @@ class TorchDriver(Driver):
     # ==========================================================================================
     # Helpers
     # ==========================================================================================
+    def _refuse_traced(self, what: str, value: Any) -> None:
+        """Raise ``UnsupportedLayoutError(feature="traced")`` under ``torch.compile``'s tracer (see :meth:`is_traced`).
+
+        The front-end checks plain traced inputs; a traced *DTensor* reaches the hooks, which check here.
+        """
+        if self._torch.compiler.is_compiling():
+            raise UnsupportedLayoutError(
+                f"The torch driver cannot {what} inside torch.compile (a traced "
+                f"{type(value).__module__}.{type(value).__qualname__}); call layoutcore outside the compiled "
+                "function, and DTensor.redistribute inside it (capability 'traced' not supported by torch).",
+                driver=self.name,
+                feature=Capability.TRACED.value,
+                value=value,
+            )
+
     def _from_local(self, shards: dict[int, Any], layout: Layout, shape: tuple[int, ...], like: Any) -> Any:
         """A DTensor over ``shards`` (mesh position -> this rank's own tensor, of ``like``'s dtype), without
         any collective.
