@@ -429,14 +429,14 @@ class Driver(DriverHooks):
         self.check_layout(layout, self.shape_of(tensor))
         devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
-            # The tensor's concrete mesh is the native truth; its name is what the record (or the
-            # mesh the user bound to those devices) says. Fields, not Mesh copies: this runs on every call.
+            # The mesh the front-end recorded for a hook's result (checked against the native truth
+            # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
+            # Fields, not Mesh copies: this runs on every call.
             mesh: Mesh = layout.mesh  # type: ignore[assignment]
-            source = self.native_mesh(tensor)
             recorded = self.recorded_layout(tensor)
-            named: Mesh = recorded.mesh if recorded is not None else self.user_mesh(source)  # type: ignore[assignment]
-            source_devices = source.devices if source.devices is not None else self.bind_mesh(source)
-            if (source.shape, source.axis_names, named.name, source_devices) != (
+            source: Mesh = recorded.mesh if recorded is not None else self.user_mesh(self.native_mesh(tensor))  # type: ignore[assignment]
+            source_devices = self.bind_mesh(source) if source.devices is None else source.devices
+            if (source.shape, source.axis_names, source.name, source_devices) != (
                 mesh.shape,
                 mesh.axis_names,
                 mesh.name,
