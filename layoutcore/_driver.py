@@ -267,7 +267,8 @@ class DriverHooks(abc.ABC):
         return False
 
     def native_mesh(self, tensor: Any) -> Mesh:
-        """The concrete mesh ``tensor`` lives on, for ``relayout``'s same-mesh check.
+        """The concrete mesh ``tensor`` lives on, for ``relayout``'s same-mesh check of a tensor
+        the front-end holds no record for (a framework operation's output).
 
         Default: ``native_fetch_layout(tensor).mesh``. Override where a tensor has a mesh but
         no :class:`Layout` (torch: pending sums, ``Partial``), so it can still be relaid out.
