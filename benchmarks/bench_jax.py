@@ -89,6 +89,7 @@ def main() -> None:
         "mesh": "x=4,y=2",
         "layouts": ["('x','y') -> ('y','x')"],
         "quick": args.quick,
+        "load_average_1min": os.getloadavg()[0],  # other jobs on the machine: ratios are noisy when high
     }
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
     print(f"wrote {args.out}")

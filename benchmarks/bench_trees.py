@@ -174,7 +174,13 @@ def main() -> None:
         f"({lower['ratio']:.2f}x)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"jax": jax.__version__, "python": platform.python_version(), "cpus": os.cpu_count(), "quick": args.quick}
+    meta = {
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "quick": args.quick,
+        "load_average_1min": os.getloadavg()[0],
+    }
     RESULTS.write_text(json.dumps({"meta": meta, **result}, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
