@@ -52,7 +52,7 @@ from layoutcore import (
 )
 
 from . import _convert, _factories, _private
-from ._mode import ProcessGroupMode, World
+from ._mode import ProcessGroupMode, World, warn_if_untested
 
 __all__ = ["TorchDriver"]
 
@@ -80,6 +80,7 @@ class TorchDriver(Driver):
             )
         from torch.distributed.tensor import DTensor
 
+        warn_if_untested(torch.__version__)
         self._torch = torch
         self._DTensor = DTensor
         self._mode = ProcessGroupMode(self._forget)

@@ -29,7 +29,10 @@ from layoutcore import CPU_DEVICES_ENV, cpu_device_count
 
 from . import _private
 
-__all__ = ["SIMULATION_LOCK", "ProcessGroupMode", "World", "simulated_ranks"]
+__all__ = ["SIMULATION_LOCK", "TESTED_TORCH", "ProcessGroupMode", "World", "simulated_ranks", "warn_if_untested"]
+
+#: The torch releases (major, minor) this driver is tested on; ``pip install 'layoutcore[torch]'`` pins them.
+TESTED_TORCH = ((2, 13),)
 
 #: Held by every thread that runs torch code under ``LocalTensorMode`` (module docstring).
 SIMULATION_LOCK = threading.RLock()
@@ -127,6 +130,29 @@ class ProcessGroupMode:
             self._world = None
             self._on_change()
             return True
+
+
+def warn_if_untested(version: str) -> None:
+    """Warn once (``RuntimeWarning``) when torch ``version`` is outside :data:`TESTED_TORCH`.
+
+    The driver keeps working there: its real-process-group mode uses public torch APIs only, and the
+    simulation checks each private API it needs, raising ``DriverUnavailableError`` naming a missing one.
+    """
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) in TESTED_TORCH or _PROCESS.get("warned_version"):
+        return
+    _PROCESS["warned_version"] = True
+    tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
+    warnings.warn(
+        f"layoutcore's torch driver is tested on torch {tested}; this is torch {version}. It should work (the "
+        "simulation names any private torch API it misses), but run the conformance suite to be sure: "
+        "LAYOUTCORE_DRIVER=torch python -m pytest --pyargs layoutcore_conformance",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _warn_if_devices_stand(world: World) -> None:

@@ -185,3 +185,45 @@ def test_distinct_meshes_keep_the_tables_bounded(driver: TorchDriver) -> None:
         np.testing.assert_array_equal(lc.to_numpy(d, driver=driver), x)
     assert len(distributed_c10d._world.pg_map) == groups_before
     assert len(driver._meshes._meshes) <= MAX_MESHES
+
+
+@pytest.mark.parametrize("view", ["rows_reversed", "both_reversed", "step_minus_two"])
+def test_negative_stride_arrays_are_placed(driver: TorchDriver, view: str) -> None:
+    """torch.from_numpy refuses negative strides; the driver copies such an array once (issue 9)."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x = {"rows_reversed": base[::-1], "both_reversed": base[::-1, ::-1], "step_minus_two": base[:, ::-2]}[view]
+    assert any(s < 0 for s in x.strides)
+    layout = Layout(("x", "y"), MESH22)
+    np.testing.assert_array_equal(lc.to_numpy(lc.distribute_tensor(x, layout, driver=driver), driver=driver), x)
+    np.testing.assert_array_equal(lc.Variable(x, layout, driver=driver).numpy(), x)
+    pieces = [x[s] for s in layout.device_slices(x.shape)]
+    np.testing.assert_array_equal(lc.to_numpy(lc.pack(pieces, layout, driver=driver), driver=driver), x)
+
+
+def test_pack_mixes_torch_and_numpy_components(driver: TorchDriver) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    layout = Layout(("x", None), MESH2)
+    packed = lc.pack([torch.from_numpy(x[:2].copy()), x[2:]], layout, driver=driver)
+    np.testing.assert_array_equal(lc.to_numpy(packed, driver=driver), x)
+    with pytest.raises(lc.LayoutError, match="one dtype"):
+        lc.pack([torch.from_numpy(x[:2].copy()), x[2:].astype(np.float64)], layout, driver=driver)
+
+
+def test_an_untested_torch_version_warns_once_and_keeps_working() -> None:
+    import warnings
+
+    from layoutcore_torch import _mode
+
+    saved = _mode._PROCESS.pop("warned_version", None)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _mode.warn_if_untested("2.13.0+cpu")  # tested: silent
+            _mode.warn_if_untested("2.99.0")
+            _mode.warn_if_untested("2.99.0")
+        messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert len(messages) == 1 and "tested on torch 2.13" in messages[0] and "2.99.0" in messages[0]
+    finally:
+        _mode._PROCESS.pop("warned_version", None)
+        if saved is not None:
+            _mode._PROCESS["warned_version"] = saved
