@@ -52,14 +52,14 @@ CASES: dict[str, tuple[lc.Layout, lc.Layout, tuple[int, ...]]] = {
     "x → None (all-gather)": (lc.Layout(["x", None], LINE), lc.Layout([None, None], LINE), SHAPE),
     "None → x (slice)": (lc.Layout([None, None], LINE), lc.Layout(["x", None], LINE), SHAPE),
     "S0 → S1 (x,None → None,x)": (lc.Layout(["x", None], LINE), lc.Layout([None, "x"], LINE), SHAPE),
-    "(x,y) → (y,x) on 4×2": (lc.Layout(["x", "y"], GRID), lc.Layout(["y", "x"], GRID), SHAPE),
-    "uneven S0 → S1 (500×500 on 8)": (lc.Layout(["x", None], LINE), lc.Layout([None, "x"], LINE), UNEVEN),
+    "(x,y) → (y,x) on 4x2": (lc.Layout(["x", "y"], GRID), lc.Layout(["y", "x"], GRID), SHAPE),
+    "uneven S0 → S1 (500x500 on 8)": (lc.Layout(["x", None], LINE), lc.Layout([None, "x"], LINE), UNEVEN),
     "multi-axis ((x,y),None) → (None,(x,y))": (
         lc.Layout([("x", "y"), None], GRID),
         lc.Layout([None, ("x", "y")], GRID),
         SHAPE,
     ),
-    "cross-mesh 4×2 (x,None) → 8 (None,z)": (lc.Layout(["x", None], GRID), lc.Layout([None, "z"], FLAT), SHAPE),
+    "cross-mesh 4x2 (x,None) → 8 (None,z)": (lc.Layout(["x", None], GRID), lc.Layout([None, "z"], FLAT), SHAPE),
 }
 
 
@@ -86,9 +86,7 @@ def _shape_bytes(text: str) -> int:
     head = text if not text.startswith("(") else text[: text.index(")") + 1]
     if not text.startswith("("):
         head = text.split(" ", 1)[0]
-    return sum(
-        _DTYPE_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(head)
-    )
+    return sum(_DTYPE_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(head))
 
 
 def _group_size(line: str, devices: int) -> int:
@@ -135,9 +133,7 @@ def hlo_moved_bytes(hlo: str, devices: int) -> tuple[int, list[str]]:
         if op == "all-gather":
             per_device = shapes[name] - operand
             moved += per_device * devices
-        elif op == "all-to-all":
-            moved += operand * (g - 1) // g * devices
-        elif op == "reduce-scatter":
+        elif op in ("all-to-all", "reduce-scatter"):
             moved += operand * (g - 1) // g * devices
         elif op == "all-reduce":
             moved += 2 * operand * (g - 1) // g * devices
@@ -189,9 +185,7 @@ def measure_torch() -> dict[str, Any]:
             self.ops: list[str] = []
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if not isinstance(func, torch._ops.HigherOrderOperator) and not any(
-                t.__name__ == "DTensor" for t in types
-            ):
+            if not isinstance(func, torch._ops.HigherOrderOperator) and not any(t.__name__ == "DTensor" for t in types):
                 self._record(str(func._overloadpacket), args)
             return super().__torch_dispatch__(func, types, args, kwargs)
 
@@ -263,7 +257,7 @@ def table() -> str:
         path = RESULTS / f"bench_relayout_bytes.{framework}.json"
         if path.exists():
             runs[framework] = json.loads(path.read_text("utf-8"))
-    header = "| relayout (512×512 float32, 8 CPU devices) | floor |"
+    header = "| relayout (512x512 float32, 8 CPU devices) | floor |"
     rule = "| --- | ---: |"
     for data in runs.values():
         header += f" {data['framework']}: efficiency (moved) |"
@@ -288,7 +282,9 @@ def main(argv: list[str]) -> int:
             moved = result.get("moved_bytes")
             efficiency = "-" if not moved else f"{result['floor_bytes'] / moved:.3f}"
             detail = result.get("error") or ", ".join(result["collectives"]) or "no collective"
-            print(f"{case:42s} floor {result['floor_bytes']:>9d}  moved {moved!s:>9s}  efficiency {efficiency:>6s}  {detail}")
+            print(
+                f"{case:42s} floor {result['floor_bytes']:>9d}  moved {moved!s:>9s}  efficiency {efficiency:>6s}  {detail}"
+            )
         return 0
     if what == "table":
         text = table()
