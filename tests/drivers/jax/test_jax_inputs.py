@@ -84,3 +84,13 @@ def test_large_aligned_input_written_after_distribute_is_not_seen(driver: JaxDri
     x[...] = -1.0
     for shard in t.addressable_shards:  # JAX's own per-device data against the value at placement
         np.testing.assert_array_equal(np.asarray(shard.data), expected[shard.index])
+
+
+def test_the_value_chooses_the_jax_driver(driver: JaxDriver, mesh42: Mesh) -> None:
+    # No driver=, use_driver, set_driver or LAYOUTCORE_DRIVER (the root conftest clears them): a jax.Array
+    # goes to the jax driver, recognised by its type's name (JaxDriver.native_types).
+    layout = Layout(("x", None), mesh42)
+    t = lc.distribute_tensor(np.ones((8, 2), np.float32), layout, driver="jax")
+    assert lc.active_driver_name() == "numpy"
+    assert lc.fetch_layout(t) == layout
+    assert np.array_equal(lc.to_numpy(lc.relayout(t, Layout((None, "y"), mesh42))), np.ones((8, 2)))
