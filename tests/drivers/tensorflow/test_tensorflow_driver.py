@@ -308,3 +308,29 @@ def test_raw_dvariable_and_dtensor_inputs(driver: TensorFlowDriver, mesh42: lc.M
     np.testing.assert_array_equal(lc.to_numpy(raw), x)
     assert len(lc.unpack(raw)) == 8
     assert not driver.is_distributed(tf.constant(x)) and not driver.is_distributed(x)
+
+
+def test_the_value_chooses_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No driver chosen: a DTensor goes to the TF driver (native_types names EagerTensor and DVariable,
+    # is_distributed tells a DTensor by its device); a plain eager tensor is not claimed.
+    monkeypatch.delenv(lc.DRIVER_ENV, raising=False)
+    lc.set_driver(None)
+    assert lc.active_driver_name() == "numpy"
+    mesh = lc.Mesh((2,), ("x",))
+    layout = lc.Layout(("x",), mesh)
+    t = lc.distribute_tensor(np.arange(4.0, dtype=np.float32), layout, driver="tensorflow")
+    v = lc.Variable(t)
+    assert lc.fetch_layout(t) == layout and lc.fetch_layout(v.handle) == layout
+    np.testing.assert_array_equal(lc.to_numpy(t), np.arange(4.0))
+    with pytest.raises(lc.NotDistributedError, match="numpy driver"):
+        lc.to_numpy(tf.constant([1.0, 2.0]))
+
+
+def test_pack_mixes_tf_and_numpy_components(driver: TensorFlowDriver) -> None:
+    layout = lc.Layout(("x",), lc.Mesh((4,), ("x",)))
+    pieces = [np.full(2, i, np.float32) for i in range(4)]
+    mixed = [tf.constant(p) if i % 2 else p for i, p in enumerate(pieces)]
+    t = lc.pack(mixed, layout)
+    assert [c.numpy().tolist() for c in dtensor.unpack(t)] == [p.tolist() for p in pieces]
+    with pytest.raises(lc.LayoutError, match="one dtype"):
+        lc.pack([tf.constant(pieces[0]), *(p.astype(np.float64) for p in pieces[1:])], layout)
