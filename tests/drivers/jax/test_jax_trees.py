@@ -190,3 +190,16 @@ def test_nnx_model_and_optax_state_placed_by_tree_shardings_train_like_one_devic
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
     # Training moved the weights (the comparison is not between two untouched copies).
     assert not np.allclose(np.asarray(got[1]), np.asarray(jax.tree_util.tree_leaves(params)[1]))
+
+
+def test_core_tree_layouts_and_distribute_tree_on_the_jax_driver(
+    driver: JaxDriver, layout_map: lc.LayoutMap, mesh42: lc.Mesh
+) -> None:
+    tree = {"dense1": {"kernel": np.arange(16.0, dtype=np.float32).reshape(2, 8)}, "step": 3}
+    placed = lc.distribute_tree(tree, lc.tree_layouts(layout_map, tree), driver="jax")
+    kernel = placed["dense1"]["kernel"]
+    assert isinstance(kernel, jax.Array) and placed["step"] == 3
+    want = NamedSharding(driver.named_sharding(lc.Layout.replicated(mesh42, 0)).mesh, PartitionSpec(None, "model"))
+    assert kernel.sharding.is_equivalent_to(want, 2)
+    for shard in kernel.addressable_shards:  # JAX's own per-device data against the original
+        np.testing.assert_array_equal(np.asarray(shard.data), tree["dense1"]["kernel"][shard.index])  # type: ignore[index]
