@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -108,6 +108,14 @@ def _checked_devices(devices: Any, size: int) -> tuple[str, ...]:
     if isinstance(devices, (str, bytes)) or not (hasattr(devices, "flat") or isinstance(devices, Iterable)):
         raise LayoutError(
             f"Mesh devices must be a sequence (or array) of devices. Received: {short_repr(devices)}", value=devices
+        )
+    try:  # a sized container with the wrong count is refused before it is copied
+        count = devices.size if hasattr(devices, "flat") else len(devices) if isinstance(devices, Sized) else size
+    except Exception as exc:  # a __len__ that raises (or overflows) cannot be a device list
+        raise LayoutError(f"Cannot count the mesh devices {short_repr(devices)}: {exc!r}", value=devices) from exc
+    if count != size:
+        raise LayoutError(
+            f"A mesh of {size} positions needs {size} devices. Received {count}: {short_repr(devices)}", value=devices
         )
     try:
         flat = list(devices.flat) if hasattr(devices, "flat") else list(devices)

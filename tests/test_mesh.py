@@ -392,6 +392,8 @@ def test_to_string_of_a_huge_abstract_mesh_is_a_typed_error() -> None:
         ((None, ("x",)), {}),
         (((2,), None), {}),
         ((np.array([[2]]), ("x",)), {}),  # an array row is not an int
+        (((2,), ("x",), range(10**12)), {}),  # counted before it is copied
+        (((2,), ("x",), range(10**20)), {}),  # len() overflows
     ],
 )
 def test_constructor_rejects_issue_9_inputs_with_a_layout_error(args: tuple, kwargs: dict) -> None:
