@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from layoutcore import DriverUnavailableError, Layout, LayoutError, LayoutMap
+from layoutcore import DriverUnavailableError, Layout, LayoutError, LayoutMap, UnsupportedLayoutError
 
 from ._convert import to_tensorflow_layout, to_tensorflow_mesh
 
@@ -41,8 +42,44 @@ def keras_layout_map_scope(driver: TensorFlowDriver, layout_map: LayoutMap) -> c
     to create a ``tf.Variable`` (which would otherwise silently stay a plain, unlaid-out variable)."""
     if importlib.util.find_spec("tf_keras") is None:
         return _refusing_scope(driver)
-    view = _keras_view_class()(layout_map)
-    return view.scope()  # type: ignore[no-any-return]
+    return _tf_keras_scope(driver, _keras_view_class()(layout_map))
+
+
+@contextlib.contextmanager
+def _tf_keras_scope(driver: TensorFlowDriver, view: Any) -> Iterator[None]:
+    """tf-keras' scope, with a creator in front that refuses keras 3's variables.
+
+    tf-keras makes every ``tf.Variable`` of the scope lazy, keras 3's too, which then fail with a bare
+    ``AssertionError`` inside tf-keras (or would never get a layout): refused by name instead.
+    """
+
+    def refuse_keras3(next_creator: Any, **kwargs: Any) -> Any:
+        if _called_from_keras3():
+            raise UnsupportedLayoutError(
+                f"A keras 3 variable ({kwargs.get('name') or 'unnamed'}) was created inside "
+                "layoutcore.layout_map_scope on the tensorflow driver. keras 3 has no DTensor distribution on "
+                "TensorFlow; build the model with tf-keras (TF_USE_LEGACY_KERAS=1 makes tf.keras tf-keras), or use "
+                "keras 3 on JAX with layoutcore.keras.ModelParallel.",
+                driver=driver.name,
+                feature="keras3",
+            )
+        return next_creator(**kwargs)
+
+    with view.scope(), driver._tf.variable_creator_scope(refuse_keras3):
+        yield
+
+
+def _called_from_keras3(depth: int = 40) -> bool:
+    """Whether a caller up the stack is keras 3's code (the ``keras`` package, not ``tf_keras``)."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        module = frame.f_globals.get("__name__", "")
+        if module == "keras" or module.startswith("keras."):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 @contextlib.contextmanager

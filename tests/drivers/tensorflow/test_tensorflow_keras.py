@@ -163,3 +163,13 @@ def test_without_tf_keras_a_variable_in_the_scope_says_what_to_install(
         tf.Variable(np.zeros(8, np.float32), name="kernel")
     assert "layoutcore[tf-keras]" in str(info.value) and "kernel" in str(info.value)
     assert isinstance(tf.Variable(1.0), tf.Variable)  # outside the scope nothing is refused
+
+
+def test_keras3_variables_in_the_scope_are_refused_by_name(driver: TensorFlowDriver) -> None:
+    import keras  # keras 3, on its TensorFlow backend here
+
+    layout_map = lc.LayoutMap(lc.Mesh((8,), ("model",)))
+    layout_map["kernel"] = (None, "model")
+    with pytest.raises(lc.UnsupportedLayoutError, match="keras 3") as info, lc.layout_map_scope(layout_map):
+        keras.layers.Dense(8).build((4, 4))
+    assert info.value.feature == "keras3" and info.value.driver == "tensorflow"
