@@ -406,6 +406,8 @@ class TensorFlowDriver(Driver):
                     return tf.function(fn, autograph=False)
             if found is None:
                 found = tf.function(fn, autograph=False)
+                if cache is self._wrapped_strong and len(cache) >= _TABLE_SIZE:
+                    cache.clear()  # functions that live forever (builtins): a bounded set, not a growing one
                 cache[fn] = found
             return found
 
