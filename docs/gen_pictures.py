@@ -270,12 +270,74 @@ def spmd_matmul() -> RenderableType:
     )
 
 
+def spmd_rules() -> RenderableType:
+    """propagation's answers for one example of each rule, on the 3x2 mesh."""
+    from layoutcore import UnsupportedLayoutError, propagation
+
+    def specs(layout: Layout) -> str:
+        return "[" + ", ".join("unsharded" if e is None else str(e) for e in layout.axes) + "]"
+
+    cases: list[tuple[str, str, Callable[[], object]]] = [
+        (
+            "elementwise",
+            "[x, unsharded] + [unsharded, y]",
+            lambda: propagation.plan_elementwise(L("x", None), L(None, "y")),
+        ),
+        ("broadcasting", "[x, unsharded] + [y]", lambda: propagation.plan_elementwise(L("x", None), L("y"))),
+        ("matmul, rows", "[y, x] @ [x, unsharded]", lambda: propagation.plan_matmul(L("y", "x"), L("x", None))),
+        (
+            "matmul, k only",
+            "[unsharded, x] @ [x, unsharded]",
+            lambda: propagation.plan_matmul(L(None, "x"), L("x", None)),
+        ),
+        (
+            "einsum",
+            "ij,jk->ki: [y, x], [x, unsharded]",
+            lambda: propagation.plan_einsum("ij,jk->ki", L("y", "x"), L("x", None)),
+        ),
+        ("sum over axis 0", "[x, y]", lambda: propagation.plan_reduce(L("x", "y"), 0)),
+        ("sum, keepdims", "[x, y], axis 1", lambda: propagation.plan_reduce(L("x", "y"), 1, keepdims=True)),
+        ("no rule", "[x, unsharded] @ [unsharded, x]", lambda: propagation.plan_matmul(L("x", None), L(None, "x"))),
+        (
+            "no rule",
+            "[x, unsharded] + [y, unsharded]",
+            lambda: propagation.plan_elementwise(L("x", None), L("y", None)),
+        ),
+    ]
+    table = Table(show_lines=True)
+    for column in ("operation", "operands", "result", "all-reduce over"):
+        table.add_column(Text(column), justify="center")
+    for index, (name, operands, plan) in enumerate(cases):
+        try:
+            contraction = plan()
+        except UnsupportedLayoutError as exc:
+            reason = str(exc).split(": ", 1)[1].split(";")[0]
+            table.add_row(Text(name), Text(operands), Text("UnsupportedLayoutError", "bold"), Text(reason, "italic"))
+            continue
+        layout = contraction.layout  # type: ignore[attr-defined]
+        summed = ", ".join(contraction.summed) or "-"  # type: ignore[attr-defined]
+        table.add_row(Text(name), Text(operands), Text(specs(layout), _style(index)), Text(summed))
+    intro = Text(
+        "layoutcore.propagation on mesh x=3, y=2: a sharded axis that is summed away is all-reduced\n"
+        "over its mesh axes (the result is replicated there); two different shardings of one axis,\n"
+        "or one mesh axis on two axes, have no rule.\n",
+        "bold",
+    )
+    return Group(intro, table)
+
+
+def L(*axes: str | None) -> Layout:
+    """A layout on :data:`MESH`."""
+    return Layout(list(axes), MESH)
+
+
 #: file name -> (title, drawing)
 PICTURES: dict[str, tuple[str, Callable[[], RenderableType]]] = {
     "chunk-rule.svg": ("chunk rule", chunk_rule),
     "multi-axis.svg": ("multi-axis sharding", multi_axis),
     "layouts-2d.svg": ("2-D layouts", layouts_2d),
     "spmd-matmul.svg": ("SPMD matmul", spmd_matmul),
+    "spmd-rules.svg": ("SPMD propagation rules", spmd_rules),
 }
 
 
