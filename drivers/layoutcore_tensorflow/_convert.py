@@ -42,11 +42,12 @@ __all__ = [
 
 _lock = threading.Lock()
 
-#: The most distinct ``dtensor.Mesh`` objects one process makes. TF gives every mesh it runs an op
-#: on a pool of OS threads (8 on an 8-device CPU host, measured on TF 2.21) that lives as long as
-#: the process; a loop over ~4 000 distinct meshes ended in ``pthread_create() failed`` and an
-#: abort. Past this bound :func:`native_mesh` raises :class:`MeshLimitError` instead.
-MAX_NATIVE_MESHES = 1024
+#: The most distinct ``dtensor.Mesh`` objects one process makes. TF gives every mesh it runs ops on
+#: OS threads that live as long as the process (8 on the first op of an 8-device CPU mesh, 16 after
+#: a relayout and a read: 1 024 meshes held 16 391 threads, measured on TF 2.21); a loop over ~4 000
+#: distinct meshes ended in ``pthread_create() failed`` and an abort. Past this bound (about 4 000
+#: threads) :func:`native_mesh` raises :class:`MeshLimitError` instead.
+MAX_NATIVE_MESHES = 256
 #: Bound of the (recomputable) layout conversion caches, in entries; a full cache is cleared.
 _LAYOUT_CACHE_SIZE = 4096
 
@@ -88,7 +89,7 @@ def native_mesh(mesh: Mesh, devices: tuple[str, ...], local: frozenset[str]) -> 
         if key not in _native_meshes and len(_native_meshes) >= MAX_NATIVE_MESHES:
             raise MeshLimitError(
                 f"{mesh!r} would be the {MAX_NATIVE_MESHES + 1}th distinct mesh of this process. TensorFlow keeps a "
-                "pool of OS threads for every DTensor mesh it has used until the process ends (8 per mesh on an "
+                "pool of OS threads for every DTensor mesh it has used until the process ends (8 to 16 per mesh on an "
                 "8-device host), so layoutcore_tensorflow stops at MAX_NATIVE_MESHES="
                 f"{MAX_NATIVE_MESHES}. Reuse meshes: meshes equal in axis names, shape, name and devices share one.",
                 value=mesh,

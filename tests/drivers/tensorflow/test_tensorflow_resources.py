@@ -50,6 +50,32 @@ def test_two_threads_relayout_and_read_back_without_deadlock() -> None:
     assert proc.stdout.split() == ["errors", "[]"]
 
 
+# The issue's loop over 5 000 distinct meshes: TF's threads per mesh aborted the process near 4 000.
+_MESH_LOOP = """
+import os, numpy as np, layoutcore as lc
+from layoutcore_tensorflow import MAX_NATIVE_MESHES, MeshLimitError
+threads = lambda: len(os.listdir("/proc/self/task"))
+x = np.ones((8, 8), np.float32)
+for i in range(5000):
+    try:
+        lc.to_numpy(lc.distribute_tensor(x, lc.Layout(("x", "y"), lc.Mesh((4, 2), ("x", "y"), name=f"m{i}"))))
+    except MeshLimitError:
+        break
+held = threads()
+for _ in range(5000):  # equal meshes share one native mesh: no new threads
+    lc.to_numpy(lc.distribute_tensor(x, lc.Layout(("x", None), lc.Mesh((4, 2), ("x", "y"), name="m3"))))
+print(i, MAX_NATIVE_MESHES, held, threads())
+"""
+
+
+def test_a_loop_over_distinct_meshes_stops_with_a_typed_error_not_an_abort() -> None:
+    proc = run_python(_MESH_LOOP, env={"LAYOUTCORE_DRIVER": "tensorflow"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stopped, limit, held, after = (int(v) for v in proc.stdout.split())
+    assert stopped == limit  # meshes 0..limit-1 ran; the next one was refused
+    assert after == held < 20 * limit  # bounded threads, and reuse adds none
+
+
 def test_equal_meshes_share_one_native_mesh(driver: TensorFlowDriver) -> None:
     abstract = lc.Mesh((4, 2), ("x", "y"), name="shared")
     concrete = abstract.with_devices(driver.list_devices()[:8])
