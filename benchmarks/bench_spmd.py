@@ -148,7 +148,13 @@ def bench_propagation() -> dict[str, float]:
         n = 20000
         out[name + " (cached) us"] = min(timeit.repeat(call, number=n, repeat=5)) / n * 1e6
     # A cold call: the rule itself, every cache cleared before each call.
-    caches = [propagation._matmul, propagation._einsum, propagation._elementwise, propagation._reduce]
+    caches = [
+        propagation._matmul_rule,
+        propagation._einsum_rule,
+        propagation._elementwise_rule,
+        propagation._reduce_rule,
+        propagation._transpose_rule,
+    ]
 
     def cold() -> None:
         for cache in caches:

@@ -96,27 +96,59 @@ def _check_layouts(operation: str, layouts: Sequence[Any]) -> tuple[Layout, ...]
 
 
 def _common_mesh(operation: str, layouts: Sequence[Layout]) -> Mesh | None:
-    meshes = {layout.mesh for layout in layouts}
-    if len(meshes) > 1:
-        raise _unsupported(
-            operation,
-            f"the operands are on different meshes ({', '.join(sorted(map(str, meshes)))}); relayout one first.",
-            tuple(layouts),
-        )
-    return next(iter(meshes)) if meshes else None
+    # Identity first: comparing (or hashing) a mesh of many devices costs O(devices).
+    first = layouts[0].mesh if layouts else None
+    for layout in layouts[1:]:
+        if layout.mesh is not first and layout.mesh != first:
+            raise _unsupported(
+                operation,
+                f"the operands are on different meshes ({first} and {layout.mesh}); relayout one first.",
+                tuple(layouts),
+            )
+    return first
+
+
+# The rules are cached on the layouts' entries and the mesh's axis names only, never on the mesh
+# itself: hashing a Mesh hashes its device names (a 65 536-device mesh takes about 1 ms).
+Axes = tuple[tuple[AxisSpec, ...], ...]
+Names = tuple[str, ...] | None
+
+
+def _axes(layouts: Sequence[Layout]) -> Axes:
+    return tuple(layout.axes for layout in layouts)
+
+
+def _names_of(mesh: Mesh | None) -> Names:
+    return None if mesh is None else mesh.axis_names
+
+
+def _on(axes: Sequence[AxisSpec], mesh: Mesh | None) -> Layout:
+    """The output layout on ``mesh``. Its entries come from the operands' (valid) layouts on this
+    mesh and the rule let each mesh axis shard one axis, so Layout's validation is skipped."""
+    layout = object.__new__(Layout)
+    object.__setattr__(layout, "axes", tuple(axes))
+    object.__setattr__(layout, "mesh", mesh)
+    return layout
+
+
+def _bind(plan: Contraction, mesh: Mesh | None) -> Contraction:
+    """A cached plan (its layout without a mesh) with its layout on ``mesh``."""
+    return Contraction(
+        plan.operation, plan.operands, plan.output, plan.entries, plan.summed, _on(plan.layout.axes, mesh)
+    )
 
 
 def _plan(
     operation: str,
     labels: tuple[tuple[str, ...], ...],
-    layouts: tuple[Layout, ...],
+    operand_axes: Axes,
     output: tuple[str, ...],
+    names: Names,
 ) -> Contraction:
-    """The propagation rule every operation shares (module docstring)."""
-    mesh = _common_mesh(operation, layouts)
+    """The propagation rule every operation shares (module docstring); the layout has no mesh yet."""
     entries: dict[str, AxisSpec] = {}
-    for index, (axis_labels, layout) in enumerate(zip(labels, layouts, strict=True)):
-        for label, entry in zip(axis_labels, layout.axes, strict=True):
+    for index, (axis_labels, axes) in enumerate(zip(labels, operand_axes, strict=True)):
+        for label, entry in zip(axis_labels, axes, strict=True):
             current = entries.get(label)
             if entry is None or current == entry:
                 entries.setdefault(label, None)
@@ -126,7 +158,7 @@ def _plan(
                     operation,
                     f"operand {index} shards axis {label!r} over {entry!r}, another operand over {current!r}; "
                     "no rule combines two shardings of one axis (relayout an operand first).",
-                    layouts,
+                    operand_axes,
                 )
             entries[label] = entry
     owner: dict[str, str] = {}
@@ -137,14 +169,14 @@ def _plan(
                     operation,
                     f"mesh axis {name!r} would shard both axis {owner[name]!r} and axis {label!r}; a mesh axis "
                     "shards at most one axis (relayout an operand first).",
-                    layouts,
+                    operand_axes,
                 )
             owner[name] = label
     out_labels = set(output)
     summed_names = {name for label, entry in entries.items() if label not in out_labels for name in _names(entry)}
-    order = mesh.axis_names if mesh is not None else tuple(sorted(summed_names))
+    order = names if names is not None else tuple(sorted(summed_names))
     summed = tuple(name for name in order if name in summed_names)
-    layout = Layout([entries[label] for label in output], mesh)
+    layout = _on([entries[label] for label in output], None)
     return Contraction(operation, labels, output, tuple(entries.items()), summed, layout)
 
 
@@ -157,9 +189,16 @@ def _broadcast_labels(ranks: Sequence[int]) -> tuple[tuple[tuple[str, ...], ...]
 
 
 @functools.lru_cache(maxsize=_CACHE)
+def _elementwise_rule(axes: Axes, names: Names) -> Contraction:
+    labels, output = _broadcast_labels([len(a) for a in axes])
+    return _plan("elementwise", labels, axes, output, names)
+
+
 def _elementwise(layouts: tuple[Layout, ...]) -> Contraction:
-    labels, output = _broadcast_labels([layout.rank for layout in layouts])
-    return _plan("elementwise", labels, layouts, output)
+    if not layouts:
+        raise LayoutError("elementwise needs at least one layout.", value=layouts)
+    mesh = _common_mesh("elementwise", layouts)
+    return _bind(_elementwise_rule(_axes(layouts), _names_of(mesh)), mesh)
 
 
 def elementwise(*layouts: Layout) -> Layout:
@@ -172,8 +211,6 @@ def elementwise(*layouts: Layout) -> Layout:
         UnsupportedLayoutError: two operands shard one axis differently, one mesh axis would shard
             two output axes, or the operands are on different meshes.
     """
-    if not layouts:
-        raise LayoutError("elementwise needs at least one layout.", value=layouts)
     return _elementwise(_check_layouts("elementwise", layouts)).layout
 
 
@@ -188,12 +225,16 @@ def _matmul_labels(ra: int, rb: int) -> tuple[tuple[tuple[str, ...], ...], tuple
 
 
 @functools.lru_cache(maxsize=_CACHE)
+def _matmul_rule(axes: Axes, names: Names) -> Contraction:
+    labels, output = _matmul_labels(len(axes[0]), len(axes[1]))
+    return _plan("matmul", labels, axes, output, names)
+
+
 def _matmul(a: Layout, b: Layout) -> Contraction:
-    _common_mesh("matmul", (a, b))
+    mesh = _common_mesh("matmul", (a, b))
     if a.rank < 1 or b.rank < 1:
         raise LayoutError(f"matmul needs operands of rank >= 1 (as np.matmul). Received: {a}, {b}", value=(a, b))
-    labels, output = _matmul_labels(a.rank, b.rank)
-    return _plan("matmul", labels, (a, b), output)
+    return _bind(_matmul_rule((a.axes, b.axes), _names_of(mesh)), mesh)
 
 
 def matmul(a: Layout, b: Layout) -> Layout:
@@ -287,10 +328,14 @@ def _parse_einsum(subscripts: str, ranks: Sequence[int]) -> tuple[tuple[tuple[st
 
 
 @functools.lru_cache(maxsize=_CACHE)
+def _einsum_rule(subscripts: str, axes: Axes, names: Names) -> Contraction:
+    labels, output = _parse_einsum(subscripts, [len(a) for a in axes])
+    return _plan("einsum", labels, axes, output, names)
+
+
 def _einsum(subscripts: str, layouts: tuple[Layout, ...]) -> Contraction:
-    _common_mesh("einsum", layouts)
-    labels, output = _parse_einsum(subscripts, [layout.rank for layout in layouts])
-    return _plan("einsum", labels, layouts, output)
+    mesh = _common_mesh("einsum", layouts)
+    return _bind(_einsum_rule(subscripts, _axes(layouts), _names_of(mesh)), mesh)
 
 
 def einsum(subscripts: str, *layouts: Layout) -> Layout:
@@ -323,15 +368,19 @@ def _normalize_axes(operation: str, axes: Any, rank: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=_CACHE)
-def _reduce(layout: Layout, axes: tuple[int, ...], keepdims: bool) -> Contraction:
-    labels = tuple(f"d{i}" for i in range(layout.rank))
+def _reduce_rule(layout_axes: tuple[AxisSpec, ...], axes: tuple[int, ...], keepdims: bool, names: Names) -> Contraction:
+    labels = tuple(f"d{i}" for i in range(len(layout_axes)))
     kept = tuple(label for i, label in enumerate(labels) if i not in axes)
-    plan = _plan("reduce", (labels,), (layout,), kept)
+    plan = _plan("reduce", (labels,), (layout_axes,), kept, names)
     if not keepdims:
         return plan
     # A kept, reduced axis has size 1 and is held whole by every device: replicated.
-    entries = [None if i in axes else entry for i, entry in enumerate(layout.axes)]
-    return Contraction(plan.operation, plan.operands, labels, plan.entries, plan.summed, Layout(entries, layout.mesh))
+    entries = [None if i in axes else entry for i, entry in enumerate(layout_axes)]
+    return Contraction(plan.operation, plan.operands, labels, plan.entries, plan.summed, _on(entries, None))
+
+
+def _reduce(layout: Layout, axes: tuple[int, ...], keepdims: bool) -> Contraction:
+    return _bind(_reduce_rule(layout.axes, axes, keepdims, _names_of(layout.mesh)), layout.mesh)
 
 
 def reduce(layout: Layout, axes: int | Sequence[int] | None = None, keepdims: bool = False) -> Layout:
@@ -354,18 +403,18 @@ def transpose(layout: Layout, axes: Sequence[int] | None = None) -> Layout:
         LayoutError: ``axes`` is not a permutation of ``0 .. rank-1``.
     """
     _check_layouts("transpose", (layout,))
-    return _transpose(layout, None if axes is None else tuple(axes))
+    return _on(_transpose_rule(layout.axes, None if axes is None else tuple(axes)), layout.mesh)
 
 
 @functools.lru_cache(maxsize=_CACHE)
-def _transpose(layout: Layout, axes: tuple[int, ...] | None) -> Layout:
-    rank = layout.rank
+def _transpose_rule(layout_axes: tuple[AxisSpec, ...], axes: tuple[int, ...] | None) -> tuple[AxisSpec, ...]:
+    rank = len(layout_axes)
     order = tuple(reversed(range(rank))) if axes is None else axes
     if sorted(
         a % rank if isinstance(a, int) and not isinstance(a, bool) and -rank <= a < rank else -1 for a in order
     ) != list(range(rank)):
         raise LayoutError(f"transpose: axes {axes!r} are not a permutation of 0..{rank - 1}.", value=axes)
-    return Layout([layout.axes[a % rank] for a in order], layout.mesh)
+    return tuple(layout_axes[a % rank] for a in order)
 
 
 def plan_elementwise(*layouts: Layout) -> Contraction:

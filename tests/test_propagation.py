@@ -229,3 +229,19 @@ def test_transpose_round_trips(layout: Layout, order: list[int]) -> None:
     inverse = [order.index(i) for i in range(3)]
     assert transpose(transpose(layout, order), inverse) == layout
     assert einsum("abc->" + "".join("abc"[i] for i in order), layout) == transpose(layout, order)
+
+
+def test_propagation_never_hashes_the_mesh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caches key on entries and axis names: hashing a mesh hashes every device name (about
+    1 ms for 65 536 devices), which would make each call as slow as the mesh is big."""
+    big = Mesh((256, 4), ("x", "y"), [f"CPU:{i}" for i in range(1024)])
+
+    def boom(self: Mesh) -> int:
+        raise AssertionError("propagation hashed a Mesh")
+
+    monkeypatch.setattr(Mesh, "__hash__", boom)
+    a, b = Layout(["y", "x"], big), Layout(["x", None], big)
+    assert matmul(a, b) == Layout(["y", None], big)
+    assert propagation.plan_matmul(a, b).layout.mesh is big
+    assert einsum("ij,jk->ki", a, b) == Layout([None, "y"], big)
+    assert elementwise(a, a) == a and reduce(a, 0) == Layout(["x"], big) and transpose(a) == Layout(["x", "y"], big)
