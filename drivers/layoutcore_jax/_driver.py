@@ -191,7 +191,19 @@ class JaxDriver(Driver):
         """Apply ``layout`` to a traced value as JAX's sharding constraint, and note it for fetch_layout."""
         sharding = self._sharding(layout, devices)
         if self._axis_types == "explicit":
-            out = self._jax.sharding.reshard(value, sharding)
+            jax = self._jax
+            if not jax.sharding.get_abstract_mesh().axis_names and not jax.typeof(value).sharding.mesh.axis_names:
+                # JAX would fail later, when it lowers the jitted function, with its own ValueError.
+                raise UnsupportedLayoutError(
+                    "On Explicit mesh axes, JAX needs to know the mesh inside jax.jit: the traced value carries "
+                    "none and no mesh is set. Call the jitted function inside `with jax.set_mesh(mesh):` "
+                    "(layoutcore_jax.to_jax_mesh(mesh, axis_types='explicit')), or pass it an input laid out on "
+                    "that mesh.",
+                    driver=self.name,
+                    feature="traced",
+                    value=layout,
+                )
+            out = jax.sharding.reshard(value, sharding)
         else:
             out = self._jax.lax.with_sharding_constraint(value, sharding)
         return self._note_traced(out, layout)

@@ -99,6 +99,20 @@ def test_fetch_layout_inside_jit_on_explicit_axes_reads_jax_types(mesh42: Mesh) 
     assert seen == [Layout(("batch", None), Mesh((4, 2), ("batch", "model")))]
 
 
+def test_explicit_axes_inside_jit_need_a_mesh_and_say_so(mesh42: Mesh) -> None:
+    from layoutcore_jax import to_jax_mesh
+
+    driver = JaxDriver(axis_types="explicit")
+    layout = Layout((None, "model"), mesh42)
+    with pytest.raises(lc.UnsupportedLayoutError, match=r"jax\.set_mesh") as info:
+        jax.jit(lambda v: driver.distribute_tensor(v, layout))(X)  # a NumPy input: no mesh anywhere
+    assert info.value.feature == "traced"
+    with jax.set_mesh(to_jax_mesh(mesh42, axis_types="explicit")):
+        out = jax.jit(lambda v: driver.distribute_tensor(v, layout))(X)
+    assert driver.fetch_layout(out) == layout
+    _assert_data(out, layout, X, driver)
+
+
 def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh) -> None:
     layout = Layout((None, "model"), mesh42)
     # DESIGN §2a: inside the compiler call_with_layout works or raises a layoutcore error (never JAX's
