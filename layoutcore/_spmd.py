@@ -321,8 +321,16 @@ def _no_out(name: str, out: Any, extra: dict[str, Any]) -> None:
         raise _unsupported(name, "out=, initial= and where= are not supported on a ShardedArray.", extra)
 
 
-#: NumPy functions a ShardedArray runs as SPMD; every other one is refused.
+def _size_call(a: Any, axis: int | None = None) -> int:
+    return math.prod(a.shape) if axis is None else int(a.shape[axis])
+
+
+#: NumPy functions a ShardedArray runs as SPMD (and the metadata ones, which read no data); every
+#: other one is refused.
 _FUNCTIONS: dict[Any, Callable[..., Any]] = {
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: _size_call,
     np.einsum: _einsum_call,
     np.sum: _sum_call,
     np.mean: _mean_call,

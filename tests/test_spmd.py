@@ -296,6 +296,11 @@ def test_plain_arrays_out_and_broadcast_sharding_are_refused() -> None:
         t + other
 
 
+def test_metadata_functions_read_no_data(no_gather: None) -> None:
+    t = put(np.ones((6, 4)), "x", "y")
+    assert (np.shape(t), np.ndim(t), np.size(t), np.size(t, 1)) == ((6, 4), 2, 24, 4)
+
+
 def test_elementwise_equality_and_hash() -> None:
     t = put(B, "x", U)
     assert (t == t).dtype == np.bool_ and all(c.all() for c in (t == t).components)
