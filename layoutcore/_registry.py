@@ -224,7 +224,8 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
     owners = _native_owners(type(value))
     # Several drivers may claim one type (a subclass of a driver keeps its native_types): the one the
     # environment selects wins among them, else the one that declares the type itself.
-    name = active_driver_name() if active_driver_name() in owners else _native_owner(type(value))
+    selected = active_driver_name()
+    name = selected if selected in owners else (owners[0] if owners else None)
     if name is not None:
         try:
             candidate = get_driver(name)

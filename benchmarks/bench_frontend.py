@@ -1,0 +1,82 @@
+"""What the core's front-end costs per call at 1 KiB, on any driver (issue 8: "the split costs nothing").
+
+Run from the repository root with the driver's environment::
+
+    LAYOUTCORE_DRIVER=jax python benchmarks/bench_frontend.py [--reps 3000]
+
+For ``distribute_tensor``, ``relayout`` and ``fetch_layout`` of a 16 x 16 float32 array on a 4 x 2
+mesh (``("x", "y")`` -> ``("y", "x")``), it times the public call (``layoutcore.<op>``: registry,
+validation, mesh binding, capability check, hook, layout record and its check) against the
+driver's own hook alone (``native_*``), interleaved, and prints both medians (CPU clock) and their
+difference: the front-end's cost. JAX results are waited for (``block_until_ready``) in both.
+
+Measured on the shared 2-core development machine (CPU time, medians of 3000 interleaved pairs),
+before the front-end split (commit 41afb62, where hooks recorded layouts themselves, so its hook
+times include that) and after it (2d9dc63): NumPy ``distribute_tensor`` 3.1 -> 3.1 us,
+``relayout`` 5.6 -> 5.4..11 us (the hook itself went from 84 to 198 us in between, and its noise
+dominates); JAX ``distribute_tensor`` 8.4 -> 8.9 us, ``relayout`` 11.5 -> 9.6 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import layoutcore as lc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3000, help="interleaved pairs per operation")
+    args = parser.parse_args()
+    drv = lc.get_driver()
+    mesh = lc.Mesh((4, 2), ("x", "y"))
+    source, target = lc.Layout(("x", "y"), mesh), lc.Layout(("y", "x"), mesh)
+    x: Any = np.random.default_rng(0).standard_normal((16, 16), dtype=np.float32)
+    if drv.name == "torch":
+        import torch
+
+        x = torch.from_numpy(x)
+    elif drv.name == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+    a = lc.distribute_tensor(x, source)
+    devices = drv.bind_mesh(mesh)
+
+    def sync(result: Any) -> None:
+        if hasattr(result, "block_until_ready"):
+            result.block_until_ready()
+
+    pairs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "distribute_tensor": (
+            lambda: lc.distribute_tensor(x, source),
+            lambda: drv.native_distribute(x, source, devices),
+        ),
+        "relayout": (lambda: lc.relayout(a, target), lambda: drv.native_relayout(a, target, devices)),
+        "fetch_layout": (lambda: lc.fetch_layout(a), lambda: drv.native_fetch_layout(a)),
+    }
+    clock = time.process_time
+    print(f"driver {drv.name}, 1 KiB float32, mesh 4x2, {args.reps} interleaved pairs, CPU clock")
+    for op, (ours, hook) in pairs.items():
+        for _ in range(30):
+            sync(ours())
+            sync(hook())
+        times: dict[str, list[float]] = {"ours": [], "hook": []}
+        for i in range(args.reps):
+            order = (("ours", ours), ("hook", hook)) if i % 2 else (("hook", hook), ("ours", ours))
+            for key, fn in order:
+                start = clock()
+                sync(fn())
+                times[key].append(clock() - start)
+        ours_us, hook_us = (statistics.median(times[k]) * 1e6 for k in ("ours", "hook"))
+        print(f"{op:18} layoutcore {ours_us:9.2f} us   hook {hook_us:9.2f} us   front-end {ours_us - hook_us:6.2f} us")
+
+
+if __name__ == "__main__":
+    main()
