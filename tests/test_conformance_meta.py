@@ -270,3 +270,44 @@ def test_framework_mutant_fails(tmp_path: Path, mutant: Mutant) -> None:
     assert f"driver {mutant.driver!r}" in run.output  # the plugin registered it; the header names it
     assert mutant.must_fail <= run.failed, sorted(mutant.must_fail - run.failed)
     assert mutant.must_pass <= run.passed, sorted(mutant.must_pass - run.passed)
+
+
+#: What an adapter must not call on the driver under test: its data, layout and device-name answers.
+DRIVER_ANSWERS = frozenset(
+    {
+        "bind_mesh",
+        "fetch_layout",
+        "native_fetch_layout",
+        "unpack",
+        "native_unpack",
+        "to_numpy",
+        "native_to_numpy",
+        "list_devices",
+        "mesh_of",
+        "recorded_layout",
+        "component_to_numpy",
+    }
+)
+ADAPTERS = sorted((Path(__file__).parents[1] / "drivers").glob("layoutcore_*/_conformance.py"))
+
+
+@pytest.mark.parametrize("path", ADAPTERS, ids=lambda p: p.parent.name)
+def test_adapters_read_the_framework_not_the_driver(path: Path) -> None:
+    """A first-party adapter imports nothing of its driver's package and asks the driver for no data, layout
+    or device name (so a driver bug cannot hide in the adapter's reading), read from its source with ast."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = path.parent.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not (node.module or "").startswith(package), (
+                f"{path.name} imports {'.' * node.level}{node.module or ''}: an adapter uses framework calls only"
+            )
+        if isinstance(node, ast.Import):
+            assert not any(alias.name.startswith(package) for alias in node.names), ast.unparse(node)
+        if isinstance(node, ast.Attribute) and node.attr in DRIVER_ANSWERS:
+            base = node.value
+            on_driver = isinstance(base, ast.Attribute) and base.attr == "driver"
+            assert not on_driver, f"{path.parent.name}/{path.name}:{node.lineno} asks the driver: {ast.unparse(node)}"
+    assert len(ADAPTERS) == 3, ADAPTERS  # jax, tensorflow, torch
