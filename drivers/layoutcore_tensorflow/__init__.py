@@ -8,6 +8,11 @@ Public conversions (round-trip tested): :func:`to_tensorflow_mesh` / :func:`from
 :func:`to_tensorflow_layout` / :func:`from_tensorflow_layout`, and the seed ``Layout`` API's binary
 forms :func:`as_proto`, :func:`serialized_string`, :func:`mesh_proto`, :func:`from_str`,
 :func:`from_proto`. Multi-client runs start with :func:`initialize_multi_client`.
+
+With tf-keras installed, ``layoutcore.layout_map_scope`` gives tf-keras models' variables their
+mapped layouts; inside ``tf.function`` the data functions work on symbolic tensors
+(``Capability.TRACED``). At most :data:`MAX_NATIVE_MESHES` distinct meshes per process
+(:class:`MeshLimitError`): TF keeps OS threads for every mesh it used.
 """
 
 from __future__ import annotations

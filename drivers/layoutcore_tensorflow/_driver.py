@@ -73,14 +73,19 @@ class TensorFlowDriver(Driver):
     Memory: ``distribute_tensor`` and ``pack`` take a snapshot of NumPy input (``input_aliasing =
     "snapshot"``): TF wraps a C-contiguous, 64-byte-aligned buffer (a memmap, most small arrays,
     some row blocks) zero-copy, so such a buffer is copied first (:func:`_owned`); TF copies
-    every other array itself, and layoutcore adds no second copy. Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout``
-    and ``distribute_tensor`` add DTensor's ``Relayout`` op, and ``fetch_layout`` answers where
-    the graph fixes the layout (see :mod:`layoutcore_tensorflow._graph`).
+    every other array itself, and layoutcore adds no second copy.
+
+    Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout`` and
+    ``distribute_tensor`` add DTensor's ``Relayout`` op, and ``fetch_layout`` answers where the
+    graph fixes the layout (see :mod:`layoutcore_tensorflow._graph`).
+
+    Text: NumPy ``str``/``bytes`` arrays come back from ``to_numpy`` in the dtype they went in
+    (TF holds UTF-8 bytes; see :class:`_TextDtypes`).
     """
 
     name = "tensorflow"
     capabilities = frozenset({Capability.RELAYOUT_ACROSS_MESHES, Capability.TRACED})
-    #: ``distribute_tensor`` copies NumPy inputs (see :meth:`prepare_input`).
+    #: ``distribute_tensor``/``pack`` copy the NumPy buffers TF would alias (see :func:`_owned`).
     input_aliasing = "snapshot"
     #: A DTensor is an ``EagerTensor`` on DTensor's custom device (a plain eager tensor has the same
     #: type: :meth:`is_distributed` tells them apart by its device); a ``DVariable`` is its own class.

@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["graph_layout_string"]
 
-#: Ops whose output has the layout of their first input.
+#: Ops whose output has the layout of the input it passes on.
 _SAME_LAYOUT = frozenset({"Identity", "ReadVariableOp", "IdentityN"})
 #: How many ops to walk back before giving up (a chain of identities, nested function graphs).
 _MAX_STEPS = 64
@@ -34,7 +34,7 @@ def graph_layout_string(tf: Any, dtensor: Any, tensor: Any) -> str | None:
             layout = op.get_attr("layout")
             return layout.decode() if isinstance(layout, bytes) else str(layout)
         if kind in _SAME_LAYOUT and op.inputs:
-            tensor = op.inputs[0]
+            tensor = op.inputs[tensor.value_index if kind == "IdentityN" else 0]  # output k is input k
             continue
         if kind == "Placeholder":
             external = _captured(tensor)

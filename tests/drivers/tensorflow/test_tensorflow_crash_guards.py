@@ -3,7 +3,9 @@
 Each request runs twice, in fresh interpreters: through layoutcore, where it must raise a clean
 layoutcore error and the process must go on; and straight through TF, where TF never raises a
 clean error: the process dies by a signal, or, where the crash is undefined behaviour (an
-out-of-bounds read, e.g. ``batch_sharded(axis=-1)``), it sometimes survives with a garbage layout.
+out-of-bounds read, e.g. ``batch_sharded(axis=-1)``), it sometimes survives with a garbage layout,
+or, where the crash is C++'s ``std::stoi`` exception, the ``tensorflow`` wheel (which tf-keras
+installs over ``tensorflow-cpu``) surfaces it as a bare ``ValueError: stoi`` naming nothing.
 That shows the guard guards something real; if TF ever raises a proper error instead, the control
 fails and the guard's comment can be revisited.
 """
@@ -110,7 +112,8 @@ def test_the_same_requests_kill_tf() -> None:
             out, err = proc.communicate(timeout=120)
             crashed = proc.returncode < 0 and -proc.returncode in (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
             silently_wrong = proc.returncode == 0 and "TF survived" in out
-            assert crashed or silently_wrong, (
+            cryptic = proc.returncode == 1 and err.strip().splitlines()[-1:] == ["ValueError: stoi"]
+            assert crashed or silently_wrong or cryptic, (
                 f"{name}: TF neither crashed nor went on silently (rc {proc.returncode}); if it now raises "
                 f"a clean error, revisit the guard.\n{err[-2000:]}"
             )
