@@ -162,7 +162,7 @@ class Driver(DriverHooks):
             UnsupportedLayoutError: the layout needs a capability this driver lacks.
         """
         if not isinstance(layout, Layout):
-            raise LayoutError(f"Expected a layoutcore Layout. Received: {layout!r}", value=layout)
+            raise LayoutError(f"Expected a layoutcore Layout. Received: {_short(layout)}", value=layout)
         if layout.mesh is None:
             raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
         for capability, why in required_capabilities(layout, global_shape).items():
@@ -503,7 +503,7 @@ class Driver(DriverHooks):
     def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:
         """Call a tensor-creating ``fn`` and return its result laid out by ``layout``."""
         if not callable(fn):
-            raise LayoutError(f"call_with_layout needs a callable. Received: {fn!r}", value=fn)
+            raise LayoutError(f"call_with_layout needs a callable. Received: {_short(fn)}", value=fn)
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
         result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
@@ -610,10 +610,10 @@ def _shape_argument(global_shape: Any) -> tuple[int, ...]:
         shape = tuple(global_shape)
         if all(isinstance(s, int | np.integer) and not isinstance(s, bool) and s >= 0 for s in shape):
             return tuple(int(s) for s in shape)
-    except TypeError:
+    except Exception:  # not iterable, or an iteration that fails: a bad value either way
         pass
     raise LayoutError(
-        f"global_shape must be a sequence of non-negative ints. Received: {global_shape!r}", value=global_shape
+        f"global_shape must be a sequence of non-negative ints. Received: {_short(global_shape)}", value=global_shape
     )
 
 

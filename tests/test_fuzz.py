@@ -209,7 +209,7 @@ def test_layout_methods(mesh: Mesh, data: st.DataObject, arg: Any) -> None:
     layout = Layout(specs, mesh)
     shape = data.draw(st.one_of(st.lists(st.integers(0, 9), min_size=layout.rank, max_size=layout.rank), SHAPES))
     ok, slices = expect(lambda: layout.device_slices(shape))
-    if ok and math.prod(int(n) for n in shape) <= 10_000:
+    if ok and all(int(n) <= 10_000 for n in shape) and math.prod(int(n) for n in shape) <= 10_000:
         x = np.zeros(tuple(shape))
         assert [x[s].shape for s in slices] == layout.local_shapes(shape)
         assert layout.shard_shape(shape) == tuple(max(d) for d in zip(*layout.local_shapes(shape), strict=True)) or (
@@ -294,7 +294,7 @@ def test_pack(mesh: Mesh, data: st.DataObject) -> None:
     x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
     components: Any = [x[s] for s in layout.device_slices(shape)]
     global_shape: Any = None
-    how = data.draw(st.sampled_from(["valid", "junk", "mutate_one", "drop_one", "global_shape", "lists"]))
+    how = data.draw(st.sampled_from(["valid", "junk", "mutate_one", "drop_one", "global_shape", "lists", "layout"]))
     if how == "junk":
         components = data.draw(st.one_of(JUNK, st.lists(st.one_of(JUNK, ARRAYS), max_size=9)))
     elif how == "mutate_one" and components:
@@ -305,6 +305,8 @@ def test_pack(mesh: Mesh, data: st.DataObject) -> None:
         global_shape = data.draw(st.one_of(SHAPES, st.just(shape)))
     elif how == "lists":
         components = [c.tolist() for c in components]
+    elif how == "layout":
+        layout = data.draw(st.one_of(JUNK, st.just(Layout(specs)), st.just(Layout([None] * (layout.rank + 1), mesh))))
     ok, packed = expect(lambda: lc.pack(components, layout, global_shape=global_shape, driver=driver))
     if ok:
         got = lc.to_numpy(packed, driver=driver)
