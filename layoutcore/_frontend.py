@@ -71,12 +71,24 @@ class Driver(DriverHooks):
     and ``docs/driver-authors.md``), and call ``super().__init__()`` from ``__init__``.
     """
 
-    def __init__(self) -> None:
-        # Names start with _lc_ so that they cannot collide with a driver's own attributes.
+    _lc_lock: threading.RLock
+    _lc_bound: dict[Mesh, tuple[str, ...]]
+    _lc_origin: dict[Mesh, Mesh]
+    _lc_records: dict[int, tuple[weakref.ref[Any], Layout]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Driver:
+        # The front-end's tables are made here, not in __init__, so a driver whose __init__
+        # forgets super().__init__() still works. Names start with _lc_ so that they cannot
+        # collide with a driver's own attributes.
+        self = super().__new__(cls)
         self._lc_lock = threading.RLock()
-        self._lc_bound: dict[Mesh, tuple[str, ...]] = {}
-        self._lc_origin: dict[Mesh, Mesh] = {}
-        self._lc_records: dict[int, tuple[weakref.ref[Any], Layout]] = {}
+        self._lc_bound = {}
+        self._lc_origin = {}
+        self._lc_records = {}
+        return self
+
+    def __init__(self) -> None:
+        pass
 
     #: Whether the class overrides ``is_traced`` (set per class): the hot path skips the call otherwise.
     _lc_traces: ClassVar[bool] = False

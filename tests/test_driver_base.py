@@ -396,3 +396,13 @@ def test_required_capabilities_validates_shapes_that_hash_like_a_cached_one(bad:
     assert lc.required_capabilities(layout, [4]) == {}  # a list is validated, not looked up
     with pytest.raises(lc.LayoutError):
         lc.required_capabilities(layout, bad)
+
+
+def test_a_driver_that_forgets_super_init_still_works() -> None:
+    class Forgetful(lc.NumpyDriver):
+        def __init__(self) -> None:  # no super().__init__(): the front-end's tables exist anyway
+            self._devices = ["CPU:0", "CPU:1"]
+
+    driver = Forgetful()
+    t = driver.distribute_tensor(np.arange(4), lc.Layout(["x"], lc.Mesh((2,), ("x",))))
+    assert driver.fetch_layout(t) == lc.Layout(["x"], lc.Mesh((2,), ("x",)))
