@@ -9,8 +9,10 @@ private ``_StridedShard`` and is refused (``multi_axis_any_order``).
 DeviceMeshes: building one creates a process group per mesh axis, which torch keeps for the life of
 the default group (about 20 KiB each, measured: 1 500 distinct meshes grew ``pg_map`` by 1 500
 groups). So the process groups are made once per *rank grid* (shape and ranks), and every Mesh on
-that grid gets a cheap ``DeviceMesh.from_group`` over them carrying its own axis names. Both tables
-are bounded (least recently used entries go first).
+that grid gets a cheap ``DeviceMesh.from_group`` over them carrying its own axis names. The tables
+are bounded (least recently used entries go first), and every ``MAX_MESHES`` new DeviceMeshes the
+driver empties DTensor's sharding-propagation caches, which torch keeps unbounded and which hold every
+DeviceMesh an op ran on (measured: about 5 KiB per distinct mesh otherwise).
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class MeshTable:
         bind_mesh: the driver's ``bind_mesh`` (the devices a Mesh runs on, row-major).
     """
 
-    __slots__ = ("_bind", "_by_eq", "_by_id", "_grids", "_meshes", "_mode")
+    __slots__ = ("_bind", "_by_eq", "_by_id", "_grids", "_made", "_meshes", "_mode")
 
     def __init__(self, mode: ProcessGroupMode, bind_mesh: Callable[[Mesh], tuple[str, ...]]) -> None:
         self._mode = mode
@@ -99,6 +101,7 @@ class MeshTable:
         # id(DeviceMesh) -> (the DeviceMesh, the Mesh the user gave, its concrete binding), for the ones made here
         # (a table, not an attribute on the DeviceMesh: torch.compile treats DeviceMesh as an opaque object).
         self._by_id: _Bounded[int, tuple[Any, Mesh, Mesh]] = _Bounded(MAX_MESHES)
+        self._made = 0  # DeviceMeshes made; every MAX_MESHES of them, torch's sharding caches are emptied
 
     def clear(self) -> None:
         """Forget every DeviceMesh (the default group changed)."""
@@ -147,6 +150,9 @@ class MeshTable:
         concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
         native = self._meshes.setdefault(mesh, native)
         self._by_id.setdefault(id(native), (native, mesh, concrete))
+        self._made += 1
+        if self._made % MAX_MESHES == 0:  # torch's caches hold every DeviceMesh an op ever ran on
+            _private.clear_sharding_caches()
         self._by_eq.setdefault(native, concrete)
         return native
 

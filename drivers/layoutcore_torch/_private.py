@@ -10,6 +10,10 @@ torch 2.13:
   process-group backend that the simulation's default group uses.
 * ``torch.distributed.tensor.placement_types._StridedShard``: recognised only so that
   :func:`layoutcore_torch.from_torch_placements` can refuse it by name.
+* ``DTensor._op_dispatcher.sharding_propagator`` and ``torch.distributed.tensor._redistribute._planner_cache``:
+  these caches (``lru_cache(None)`` keyed by op schemas that hold the ``DeviceMesh``; a dict keyed by a
+  weak reference to it) grow with every distinct mesh; :func:`clear_sharding_caches` empties them
+  every so many new meshes, so a loop over thousands of meshes stays bounded.
 
 Nothing else in ``layoutcore_torch`` touches a private torch name. When torch moves or removes
 one of these, :func:`require_simulation` raises a :class:`layoutcore.DriverUnavailableError`
@@ -25,6 +29,7 @@ from layoutcore import DriverUnavailableError
 
 __all__ = [
     "FAKE_BACKEND",
+    "clear_sharding_caches",
     "init_fake_group",
     "is_local_tensor",
     "is_strided_shard",
@@ -112,3 +117,20 @@ def is_strided_shard(placement: Any) -> bool:
     except DriverUnavailableError:
         return False
     return isinstance(placement, strided)
+
+
+def clear_sharding_caches() -> bool:
+    """Empty DTensor's sharding-propagation caches (this thread's); returns whether torch still has them.
+
+    Only a cost: later ops propagate their sharding once more. Never raises.
+    """
+    try:
+        from torch.distributed.tensor import DTensor, _redistribute
+
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        propagator.propagate_op_sharding.cache_clear()
+        type(propagator)._propagate_tensor_meta_cached.cache_clear()
+        _redistribute._planner_cache.clear()  # keyed by weakref(DeviceMesh): dead meshes' entries stay
+    except (ImportError, AttributeError):
+        return False
+    return True
