@@ -368,7 +368,12 @@ class Driver(DriverHooks):
         """
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
-        if components is None or isinstance(components, dict | set | str | bytes) or not hasattr(components, "__len__"):
+        if (
+            components is None
+            or isinstance(components, dict | set | str | bytes)
+            or not hasattr(components, "__len__")
+            or getattr(components, "ndim", None) == 0  # a 0-d array has __len__ but cannot be iterated
+        ):
             raise LayoutError(
                 f"pack needs a sequence of per-device components. Received: {_short(components)} "
                 f"({type(components).__name__})",

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -334,3 +335,20 @@ def test_distribute_tensor(mesh: Mesh, data: st.DataObject) -> None:
 
 def test_the_fuzz_profile_runs_10000_examples_per_target() -> None:
     assert settings.get_profile("fuzz").max_examples == 10_000  # registered in conftest.py
+
+
+# -- what the 10 000-example runs found, kept as fixed cases --------------------------------------------
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda layout: lc.pack(np.array(2), layout, driver="numpy"),  # a 0-d array has __len__, no iteration
+        lambda layout: lc.pack([np.zeros(2)], layout, global_shape=ReprRaises(), driver="numpy"),
+        lambda layout: lc.distribute_tensor(ReprRaises(), layout, driver="numpy"),
+        lambda layout: layout.offset_tuple_to_global_index(IndexRaises()),
+        lambda layout: Layout.replicated(layout.mesh, 2**31),  # would allocate a 2**31-entry list
+        lambda layout: Layout(["x"], Mesh((10**12,), ("x",))).device_slices((4,)),  # 10**12 entries
+    ],
+)
+def test_found_by_fuzzing(call: Callable[[Layout], Any]) -> None:
+    with pytest.raises(LayoutcoreError):
+        call(Layout([None], Mesh((1,), ("x",))))
