@@ -128,6 +128,62 @@ class ShardedArray(NDArrayOperatorsMixin):
         return self.transpose()
 
 
+# Steps of a relayout schedule, per target position (see _relayout_schedule).
+_KEEP_VIEW, _TAKE_PIECE, _BUILD = 0, 1, 2
+_Index = tuple[slice, ...]
+_Step = tuple[Any, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _relayout_schedule(
+    source: Layout,
+    target: Layout,
+    shape: tuple[int, ...],
+    itemsize: int,
+    source_devices: tuple[str, ...],
+    target_devices: tuple[str, ...],
+) -> tuple[_Step, ...]:
+    """Per target position, how :meth:`NumpyDriver.native_relayout` builds its component from
+    :func:`layoutcore.relayout_plan`'s transfers (cached: a training loop repeats the same relayouts).
+
+    Each step is ``(_KEEP_VIEW, held_position, index)``, ``(_TAKE_PIECE, source_position, index)``
+    or ``(_BUILD, block_shape, keep, receives)`` with ``keep = (held_position, dst_index, src_index)``
+    or ``None`` and ``receives`` one ``(source_position, src_index, dst_index)`` per transfer.
+    """
+    transfers, _, _ = relayout_transfers(source, target, shape, itemsize, source_devices, target_devices)
+    incoming: dict[int, list[Transfer]] = {}
+    for transfer in transfers:
+        incoming.setdefault(transfer.dst, []).append(transfer)
+    source_bounds = _bounds(source, shape)
+    held_at = {device: position for position, device in enumerate(source_devices)}
+    steps: list[_Step] = []
+    for position, block in enumerate(_bounds(target, shape)):
+        held = held_at.get(target_devices[position])
+        received = incoming.get(position, ())
+        if held is not None and not received and all(b > a for a, b in block):
+            steps.append((_KEEP_VIEW, held, _within(block, source_bounds[held])))
+            continue
+        if (
+            len(received) == 1
+            and received[0].index == _slices(block)
+            and (held is None or not _overlaps(block, source_bounds[held]))
+        ):
+            rect = tuple((s.start, s.stop) for s in received[0].index)
+            steps.append((_TAKE_PIECE, received[0].src, _within(rect, source_bounds[received[0].src])))
+            continue
+        keep = None
+        if held is not None:
+            kept = tuple((max(a, sa), min(b, sb)) for (a, b), (sa, sb) in zip(block, source_bounds[held], strict=True))
+            if all(b > a for a, b in kept):
+                keep = (held, _within(kept, block), _within(kept, source_bounds[held]))
+        receives = []
+        for transfer in received:
+            rect = tuple((s.start, s.stop) for s in transfer.index)
+            receives.append((transfer.src, _within(rect, source_bounds[transfer.src]), _within(rect, block)))
+        steps.append((_BUILD, tuple(b - a for a, b in block), keep, tuple(receives)))
+    return tuple(steps)
+
+
 def _view(array: np.ndarray, index: tuple[slice, ...]) -> np.ndarray:
     """``array[index]`` as an array view (a trailing ``...`` keeps rank 0 an array, not a scalar copy)."""
     key: tuple[Any, ...] = (*index, Ellipsis)
@@ -235,42 +291,22 @@ class NumpyDriver(Driver):
         if tensor.layout == layout and tensor.devices == devices:
             return tensor
         shape = tensor.shape
-        transfers, _, _ = relayout_transfers(
-            tensor.layout, layout, shape, tensor.dtype.itemsize, tensor.devices, devices
-        )
-        incoming: dict[int, list[Transfer]] = {}
-        for transfer in transfers:
-            incoming.setdefault(transfer.dst, []).append(transfer)
-        source_bounds = _bounds(tensor.layout, shape)
-        held_at = {device: position for position, device in enumerate(tensor.devices)}
+        schedule = _relayout_schedule(tensor.layout, layout, shape, tensor.dtype.itemsize, tensor.devices, devices)
+        held = tensor.components
         components = []
-        for position, target in enumerate(_bounds(layout, shape)):
-            held = held_at.get(devices[position])
-            received = incoming.get(position, ())
-            if held is not None and not received and all(b > a for a, b in target):  # all of it held: a view
-                components.append(_readonly(_view(tensor.components[held], _within(target, source_bounds[held]))))
-                continue
-            if (
-                len(received) == 1
-                and received[0].index == _slices(target)
-                and (held is None or not _overlaps(target, source_bounds[held]))
-            ):  # one rectangle is all of the block: the received piece itself (read-only, so shareable)
-                rect = tuple((s.start, s.stop) for s in received[0].index)
-                piece = _view(tensor.components[received[0].src], _within(rect, source_bounds[received[0].src]))
-                components.append(_readonly(_send(piece)))
-                continue
-            out = np.empty(tuple(b - a for a, b in target), dtype=tensor.dtype)
-            if held is not None:  # what the device keeps: a local copy, not a transfer
-                keep = tuple(
-                    (max(a, sa), min(b, sb)) for (a, b), (sa, sb) in zip(target, source_bounds[held], strict=True)
-                )
-                if all(b > a for a, b in keep):
-                    out[_within(keep, target)] = _view(tensor.components[held], _within(keep, source_bounds[held]))
-            for transfer in received:
-                rect = tuple((s.start, s.stop) for s in transfer.index)
-                piece = _view(tensor.components[transfer.src], _within(rect, source_bounds[transfer.src]))
-                out[_within(rect, target)] = _send(piece)
-            components.append(_readonly(out))  # an empty block (chunk rule) lands here too, with its exact shape
+        for step in schedule:
+            if step[0] == _KEEP_VIEW:  # all of the new block is held already: a view
+                components.append(_readonly(_view(held[step[1]], step[2])))
+            elif step[0] == _TAKE_PIECE:  # one received rectangle is the whole block (read-only, so shareable)
+                components.append(_readonly(_send(_view(held[step[1]], step[2]))))
+            else:
+                _, block_shape, keep, receives = step
+                out = np.empty(block_shape, dtype=tensor.dtype)
+                if keep is not None:  # what the device keeps: a local copy, not a transfer
+                    out[keep[1]] = _view(held[keep[0]], keep[2])
+                for src, src_index, dst_index in receives:
+                    out[dst_index] = _send(_view(held[src], src_index))
+                components.append(_readonly(out))  # an empty block (chunk rule) lands here too, with its exact shape
         return ShardedArray(tuple(components), layout, shape, tensor.dtype, devices)
 
     def native_fetch_layout(self, tensor: ShardedArray) -> Layout:
