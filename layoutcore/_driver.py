@@ -257,7 +257,9 @@ class DriverHooks(abc.ABC):
         """Whether ``value`` lives inside the framework's compiler (default: never).
 
         For a traced value the front-end skips records, replica checks and host reads, lets
-        ``distribute_tensor``/``relayout``/``fetch_layout`` through to the hooks, and raises
+        ``distribute_tensor``/``relayout``/``fetch_layout`` through to the hooks, hands back a traced
+        ``call_with_layout`` result after checking the layout ``native_fetch_layout`` reads from it
+        (where that raises ``UnsupportedLayoutError(feature="traced")``, on the hook's constraint alone), and raises
         ``UnsupportedLayoutError(feature="traced")`` where the driver lacks
         :attr:`Capability.TRACED`. Must be cheap and must not raise for foreign values.
 

@@ -518,18 +518,40 @@ class Driver(DriverHooks):
 
     @final
     def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:
-        """Call a tensor-creating ``fn`` and return its result laid out by ``layout``."""
+        """Call a tensor-creating ``fn`` and return its result laid out by ``layout``.
+
+        Inside the framework's compiler (a traced result, DESIGN §2a) the hook's result carries the
+        layout as the framework's sharding constraint: it gets no record and no host read. Its
+        layout is checked where the framework knows it while tracing (``native_fetch_layout``);
+        where it does not (``UnsupportedLayoutError(feature="traced")`` from that hook), only the
+        constraint the driver applied stands behind the result.
+
+        Raises:
+            LayoutError, UnsupportedLayoutError: see :meth:`check_layout`; also a traced result
+                where the driver lacks :attr:`Capability.TRACED`.
+            LayoutcoreError: the result is laid out otherwise (a driver defect).
+        """
         if not callable(fn):
             raise LayoutError(f"call_with_layout needs a callable. Received: {_short(fn)}", value=fn)
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
         result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
+        traced = self._lc_traces and self.is_traced(result) and not self.is_distributed(result)
         # A driver bug, not a user error: never hand back a wrongly laid out value. Ask the tensor
         # itself, not the record the hook's own calls may have left.
-        got = self.native_fetch_layout(self.require_distributed(result, "call_with_layout's result"))
+        if traced:  # a sharding constraint in the compiler: no record
+            self._require_traced("call_with_layout", result)
+            try:
+                got = self.native_fetch_layout(result)
+            except UnsupportedLayoutError as unknown:
+                if unknown.feature != Capability.TRACED.value:
+                    raise
+                return result  # the framework fixes the layout only when it compiles: the constraint stands
+        else:
+            got = self.native_fetch_layout(self.require_distributed(result, "call_with_layout's result"))
         if not self._agrees(layout, got):
             raise LayoutcoreError(f"{self.name} call_with_layout produced {got}, not {layout}.", value=got)
-        return self._record(result, layout)
+        return result if traced else self._record(result, layout)
 
     # ==========================================================================================
     # Variable plumbing (used by layoutcore.Variable)

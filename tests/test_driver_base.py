@@ -268,6 +268,48 @@ def test_traced_values_reach_the_hooks_unrecorded_with_the_capability() -> None:
     assert seen == [tracer] and driver.recorded_layout(tracer) is None
 
 
+class CompiledFactory(TracingDriver):
+    """A driver whose ``call_with_layout`` hook gives back a traced value (as inside ``jax.jit``); the
+    layout its ``native_fetch_layout`` reads there is ``read`` (``None``: not known while tracing)."""
+
+    capabilities = lc.NumpyDriver.capabilities
+    read: lc.Layout | None = None
+
+    def native_call_with_layout(
+        self, fn: Any, layout: lc.Layout, devices: tuple[str, ...], args: Any, kwargs: Any
+    ) -> Any:
+        return Tracer()
+
+    def native_fetch_layout(self, tensor: Any) -> lc.Layout:
+        if not isinstance(tensor, Tracer):
+            return super().native_fetch_layout(tensor)
+        if self.read is None:
+            raise lc.UnsupportedLayoutError("chosen when it compiles", driver=self.name, feature="traced")
+        return self.read
+
+
+def test_call_with_layout_checks_a_traced_result_and_records_nothing() -> None:
+    layout = lc.Layout(["x"], lc.Mesh((2,), ("x",)))
+    driver = CompiledFactory(num_devices=4)
+    driver.read = layout.with_mesh(layout.mesh.with_devices(driver.bind_mesh(layout.mesh)))  # type: ignore[union-attr]
+    out = driver.call_with_layout(np.ones, layout, (4,))
+    assert isinstance(out, Tracer) and driver.recorded_layout(out) is None
+    driver.read = lc.Layout([None], driver.read.mesh)  # the framework reads another layout: a driver defect
+    with pytest.raises(lc.LayoutcoreError, match="produced"):
+        driver.call_with_layout(np.ones, layout, (4,))
+    driver.read = None  # not known while tracing: the hook's constraint stands
+    assert isinstance(driver.call_with_layout(np.ones, layout, (4,)), Tracer)
+
+
+def test_call_with_layout_refuses_a_traced_result_without_the_capability() -> None:
+    class NoTraced(CompiledFactory):
+        capabilities = CompiledFactory.capabilities - {lc.Capability.TRACED}
+
+    with pytest.raises(lc.UnsupportedLayoutError) as info:
+        NoTraced(num_devices=4).call_with_layout(np.ones, lc.Layout(["x"], lc.Mesh((2,), ("x",))), (4,))
+    assert info.value.feature == "traced" and info.value.driver == "tracing"
+
+
 # -- input validation ----------------------------------------------------------------------------------------
 LAYOUT = lc.Layout(["x", None], lc.Mesh((2,), ("x",)))
 

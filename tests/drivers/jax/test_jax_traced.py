@@ -113,20 +113,38 @@ def test_explicit_axes_inside_jit_need_a_mesh_and_say_so(mesh42: Mesh) -> None:
     _assert_data(out, layout, X, driver)
 
 
-def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh) -> None:
-    layout = Layout((None, "model"), mesh42)
-    # DESIGN §2a: inside the compiler call_with_layout works or raises a layoutcore error (never JAX's
-    # AttributeError). The front-end refuses a traced result (feature "traced"); the driver's hook itself
-    # constrains it (a nested jit with out_shardings), which the compiled output shows.
-    try:
-        out = jax.jit(lambda v: lc.call_with_layout(lambda a: a * 3, layout, v, driver="jax"))(X)
-    except lc.UnsupportedLayoutError as refused:
-        assert refused.feature == "traced" and refused.driver == "jax"
-        devices = driver.bind_mesh(mesh42)
-        out = jax.jit(lambda v: driver.native_call_with_layout(lambda a: a * 3, layout, devices, (v,), {}))(X)
-        assert out.sharding.is_equivalent_to(driver.named_sharding(layout), 2)
-    assert lc.fetch_layout(out, driver="jax") == layout
-    _assert_data(out, layout, X * 3, driver)
+@pytest.mark.parametrize("axes", [(None, "model"), ("batch", "model"), (("model", "batch"), None), (None, None)])
+def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh, axes: tuple[Any, ...]) -> None:
+    # DESIGN §2a: the driver's hook constrains the traced result (a nested jit with out_shardings); the
+    # front-end checks the layout it reads there and hands the tracer back unrecorded.
+    layout = Layout(axes, mesh42)
+    want = NamedSharding(driver.named_sharding(layout).mesh, PartitionSpec(*axes))
+    fetched: list[Layout] = []
+
+    def make() -> jax.Array:
+        out = lc.call_with_layout(jnp.ones, layout, (8, 4), driver="jax")
+        fetched.append(lc.fetch_layout(out, driver="jax"))
+        assert driver.recorded_layout(out) is None  # a tracer: no host-side record
+        return out
+
+    ones = jax.jit(make)()
+    assert ones.sharding.is_equivalent_to(want, 2), ones.sharding
+    assert fetched == [layout] and lc.fetch_layout(ones, driver="jax") == layout
+    _assert_data(ones, layout, np.ones((8, 4), np.float32), driver)
+    scaled = jax.jit(lambda v: lc.call_with_layout(lambda a: a * 3, layout, v, driver="jax"))(X)
+    assert scaled.sharding.is_equivalent_to(want, 2), scaled.sharding
+    _assert_data(scaled, layout, X * 3, driver)
+
+
+def test_call_with_layout_inside_jit_checks_the_layout_jax_reads(mesh42: Mesh) -> None:
+    class Wrong(JaxDriver):  # a defective hook: constrains the traced result by another layout
+        def native_call_with_layout(self, fn: Any, layout: Layout, devices: Any, args: Any, kwargs: Any) -> Any:
+            other = Layout(tuple(reversed(layout.axes)), layout.mesh)
+            return super().native_call_with_layout(fn, other, devices, args, kwargs)
+
+    driver = Wrong()
+    with pytest.raises(lc.LayoutcoreError, match="call_with_layout produced"):
+        jax.jit(lambda: driver.call_with_layout(jnp.ones, Layout(("batch", "model"), mesh42), (8, 4)))()
 
 
 def test_uneven_layout_inside_jit_is_refused_typed(driver: JaxDriver, mesh42: Mesh) -> None:
