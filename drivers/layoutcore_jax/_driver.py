@@ -304,14 +304,17 @@ class JaxDriver(Driver):
 
     def _traced_layout(self, tensor: Any) -> Layout:
         entry = self._traced.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            return entry[1]
+        noted = entry[1] if entry is not None and entry[0]() is tensor else None
         aval_sharding = getattr(self._jax.typeof(tensor), "sharding", None)
         mesh = getattr(aval_sharding, "mesh", None)
         explicit = self._jax.sharding.AxisType.Explicit
         if mesh is not None and mesh.axis_names and all(t == explicit for t in mesh.axis_types):
             # Explicit axes: the sharding is part of JAX's type, known while tracing (on an abstract mesh).
-            return from_partition_spec(aval_sharding.spec, from_jax_mesh(mesh), ndim=tensor.ndim)  # type: ignore[union-attr]
+            # The type is the truth; a note that agrees with it only restores the user's mesh (its name).
+            typed = from_partition_spec(aval_sharding.spec, from_jax_mesh(mesh), ndim=tensor.ndim)  # type: ignore[union-attr]
+            return noted if noted is not None and noted.axes == typed.axes else typed
+        if noted is not None:  # Auto axes: the constraint this driver applied while tracing
+            return noted
         raise UnsupportedLayoutError(
             f"JAX does not know the layout of this traced value ({self._jax.typeof(tensor)}) while tracing: on Auto "
             "mesh axes the compiler chooses it. fetch_layout inside jax.jit answers for values laid out there by "
@@ -403,8 +406,11 @@ class JaxDriver(Driver):
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
             return _array(jax.device_put(np.empty(out.shape, out.dtype), sharding))
         result = jitted(*dynamic)
-        if self.is_traced(result):  # inside an outer jax.jit: out_shardings is the outer trace's constraint
-            return _array(self._note_traced(result, layout))
+        if self.is_traced(result):
+            # Inside an outer jax.jit. On Auto axes out_shardings constrains the result already; on Explicit
+            # ones JAX 0.10.2 drops it from the nested call's type (the outer output came back replicated),
+            # so the layout is applied as JAX's own constraint (reshard) either way.
+            return _array(self._constrain(result, layout, devices))
         if result.sharding != sharding:  # jit honours out_shardings; never hand back anything else
             raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
         return _array(result)

@@ -136,6 +136,23 @@ def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh, axes: tupl
     _assert_data(scaled, layout, X * 3, driver)
 
 
+def test_call_with_layout_inside_jit_on_explicit_axes(mesh42: Mesh) -> None:
+    from layoutcore_jax import to_jax_mesh
+
+    # Explicit axes: the layout is part of JAX's type while tracing, which the front-end checks (a nested
+    # jit's out_shardings alone came back replicated there, jax 0.10.2).
+    driver = JaxDriver(axis_types="explicit")
+    layout = Layout((None, "model"), mesh42)
+    source = driver.distribute_tensor(X, Layout(("batch", None), mesh42))
+    with jax.set_mesh(to_jax_mesh(mesh42, axis_types="explicit")):
+        ones = jax.jit(lambda: driver.call_with_layout(jnp.ones, layout, (8, 4)))()
+        scaled = jax.jit(lambda v: driver.call_with_layout(lambda a: a * 2, layout, v))(source)
+    want = PartitionSpec(None, "model")
+    for out, expected in ((ones, np.ones((8, 4), np.float32)), (scaled, X * 2)):
+        assert out.sharding.spec == want and driver.fetch_layout(out) == layout
+        _assert_data(out, layout, expected, driver)
+
+
 def test_call_with_layout_inside_jit_checks_the_layout_jax_reads(mesh42: Mesh) -> None:
     class Wrong(JaxDriver):  # a defective hook: constrains the traced result by another layout
         def native_call_with_layout(self, fn: Any, layout: Layout, devices: Any, args: Any, kwargs: Any) -> Any:
