@@ -109,8 +109,9 @@ def spmd(mesh: Mesh) -> AbstractContextManager[Any]:
     """The context in which to run your own torch code on DTensors over ``mesh``.
 
     In the simulation it is ``LocalTensorMode(mesh.size)``, under which each torch op runs once per
-    simulated rank and collectives move real data (outside it, the fake process group's collectives
-    return garbage). It also holds the simulation's process-wide lock: ``LocalTensorMode`` is not
+    simulated rank and collectives move real data. Outside it DTensor would compute as if every simulated
+    rank were rank 0 (wrong data), so a torch op on simulated data there raises ``UnsupportedLayoutError``
+    (feature ``"torch op outside spmd"``); shape reads, ``to_local()`` and ``detach`` stay allowed. It also holds the simulation's process-wide lock: ``LocalTensorMode`` is not
     thread-safe, so torch code on simulated DTensors from several threads runs one thread at a time
     (run it all under ``spmd``). Under a real process group it does nothing.
 

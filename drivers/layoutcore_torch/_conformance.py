@@ -56,16 +56,19 @@ class TorchAdapter(ConformanceAdapter):
 
         return torch.ones  # type: ignore[no-any-return]
 
+    # A torch op on simulated DTensors runs under spmd: outside it the driver refuses (see _spmd below).
     def identity_op(self, tensor: Any) -> Any:
-        return tensor + 0
+        with self._spmd(tensor):
+            return tensor + 0
 
     def subtract(self, a: Any, b: Any) -> Any:
-        return a - b
+        with self._spmd(a):
+            return a - b
 
     def subtract_inplace(self, target: Any, value: Any) -> bool:
         import torch
 
-        with torch.no_grad():  # a Variable's value is a Parameter that may require grad
+        with self._spmd(target), torch.no_grad():  # a Variable's value is a Parameter that may require grad
             target.sub_(value)
         return True
 

@@ -17,6 +17,7 @@ DeviceMesh an op ran on (measured: about 5 KiB per distinct mesh otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import OrderedDict
@@ -28,7 +29,7 @@ import numpy as np
 from layoutcore import Capability, Layout, LayoutError, Mesh, UnsupportedLayoutError
 
 from . import _private
-from ._mode import ProcessGroupMode
+from ._mode import ProcessGroupMode, simulated_ranks
 
 __all__ = [
     "MAX_MESHES",
@@ -178,8 +179,12 @@ class MeshTable:
                 value=device_mesh,
             )
         kind = str(device_mesh.device_type).upper()
-        ranks = [int(r) for r in device_mesh.mesh.flatten().tolist()]
-        return Mesh(tuple(int(s) for s in device_mesh.mesh.shape), tuple(names), [f"{kind}:{r}" for r in ranks])
+        # A DeviceMesh made under LocalTensorMode computes .mesh by torch ops on a LocalTensor: run them in a mode.
+        held = _private.simulated_ranks_of(device_mesh)
+        with contextlib.nullcontext() if held is None else simulated_ranks(held):
+            grid = device_mesh.mesh
+            ranks = [int(r) for r in grid.flatten().tolist()]
+        return Mesh(tuple(int(s) for s in grid.shape), tuple(names), [f"{kind}:{r}" for r in ranks])
 
 
 def _groups_of(device_mesh: Any) -> list[Any]:

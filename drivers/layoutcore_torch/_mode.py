@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from layoutcore import CPU_DEVICES_ENV, cpu_device_count
+from layoutcore import CPU_DEVICES_ENV, UnsupportedLayoutError, cpu_device_count
 
 from . import _private
 
@@ -62,7 +62,7 @@ class World:
 
 
 @contextlib.contextmanager
-def simulated_ranks(ranks: int) -> Iterator[None]:
+def simulated_ranks(ranks: int | frozenset[int]) -> Iterator[None]:
     """``LocalTensorMode(ranks)`` under :data:`SIMULATION_LOCK` (see the module docstring)."""
     with SIMULATION_LOCK, _private.local_tensor_mode(ranks):
         yield
@@ -104,6 +104,9 @@ class ProcessGroupMode:
             simulated = backend == _private.FAKE_BACKEND
             if simulated:
                 _private.require_simulation()
+                _private.guard_local_tensors(_outside_spmd_error)
+            else:
+                _private.unguard_local_tensors()
             device_type = "cuda" if "nccl" in backend else "cpu"
             previous = self._world
             world = World(group, simulated, dist.get_world_size(group), dist.get_rank(group), device_type)
@@ -126,6 +129,7 @@ class ProcessGroupMode:
             if str(dist.get_backend()) != _private.FAKE_BACKEND:
                 return False
             dist.destroy_process_group()
+            _private.unguard_local_tensors()
             _PROCESS["started_simulation"] = False
             self._world = None
             self._on_change()
@@ -152,6 +156,17 @@ def warn_if_untested(version: str) -> None:
         "LAYOUTCORE_DRIVER=torch python -m pytest --pyargs layoutcore_conformance",
         RuntimeWarning,
         stacklevel=4,
+    )
+
+
+def _outside_spmd_error(op: Any) -> UnsupportedLayoutError:
+    # Outside LocalTensorMode DTensor code runs as rank 0 only: wrong data, not an error, in torch 2.13.
+    return UnsupportedLayoutError(
+        f"torch op {op} ran on the simulation's per-rank data outside LocalTensorMode, where DTensor computes "
+        "as if every simulated rank were rank 0 (wrong data). Run torch ops on simulated DTensors under "
+        "layoutcore_torch.spmd(mesh), e.g. `with layoutcore_torch.spmd(mesh): y = a @ b`.",
+        driver="torch",
+        feature="torch op outside spmd",
     )
 
 
