@@ -242,7 +242,7 @@ class TorchDriver(Driver):
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
         self._refuse_traced("read to the host", tensor)
         with self.spmd(tensor.device_mesh.size()):
-            full = tensor.full_tensor()
+            full = _private.waited(tensor.full_tensor())  # a pending collective finishes in the mode
         if _private.is_local_tensor(full):  # simulated: every rank holds the same gathered value
             full = _private.local_tensors(full)[0]
         # A replicated full_tensor is the stored shard itself: copy it so the caller cannot write into it.

@@ -9,6 +9,7 @@ torch 2.13:
 * ``torch.testing._internal.distributed.fake_pg``: importing it registers the ``"fake"``
   process-group backend that the simulation's default group uses.
 * ``DeviceMesh._rank_map``: a ``LocalTensor`` in a DeviceMesh made under the mode (:func:`simulated_ranks_of`).
+* ``torch.distributed._functional_collectives.AsyncCollectiveTensor``: waited for under the mode (:func:`waited`).
 * ``torch.distributed.tensor.placement_types._StridedShard``: recognised only so that
   :func:`layoutcore_torch.from_torch_placements` can refuse it by name.
 * ``DTensor._op_dispatcher.sharding_propagator`` and ``torch.distributed.tensor._redistribute._planner_cache``:
@@ -44,6 +45,7 @@ __all__ = [
     "require_simulation",
     "simulated_ranks_of",
     "unguard_local_tensors",
+    "waited",
 ]
 
 #: The name of torch's fake process-group backend.
@@ -52,6 +54,7 @@ FAKE_BACKEND = "fake"
 _LOCAL_TENSOR_MODULE = "torch.distributed._local_tensor"
 _FAKE_PG_MODULE = "torch.testing._internal.distributed.fake_pg"
 _PLACEMENT_MODULE = "torch.distributed.tensor.placement_types"
+_FUNCOL_MODULE = "torch.distributed._functional_collectives"
 
 _cache: dict[str, Any] = {}
 
@@ -122,6 +125,17 @@ def simulated_ranks_of(device_mesh: Any) -> frozenset[int] | None:
     ``_rank_map`` is then a ``LocalTensor``); ``None`` for a plain one."""
     rank_map = getattr(device_mesh, "_rank_map", None)
     return frozenset(rank_map._ranks) if rank_map is not None and is_local_tensor(rank_map) else None
+
+
+def waited(value: Any) -> Any:
+    """``value``, or for torch's private ``AsyncCollectiveTensor`` (a functional collective still pending, e.g.
+    ``RowwiseParallel(use_local_output=False)``'s output) its waited result. Call it under the mode: waiting
+    is a torch op on the simulation's data."""
+    try:
+        pending = _lookup(_FUNCOL_MODULE, "AsyncCollectiveTensor")
+    except DriverUnavailableError:  # no such class: nothing can be pending that way
+        return value
+    return value.wait() if isinstance(value, pending) else value
 
 
 def is_strided_shard(placement: Any) -> bool:

@@ -122,3 +122,20 @@ def test_release_simulation_gives_localtensor_back_its_own_dispatch() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"refused": "torch op outside spmd", "restored": True, "values": [[1.0, 1.0], [2.0, 2.0]]}
+
+
+def test_to_numpy_outside_spmd_finishes_a_pending_collective(driver: TorchDriver) -> None:
+    # RowwiseParallel(use_local_output=False) leaves its all-reduce pending (an AsyncCollectiveTensor) in the
+    # output DTensor; reading it is waiting on that collective, a torch op the driver runs in the mode itself.
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 4))
+    x = torch.randn(3, 4)
+    want = base(x).detach().numpy()
+    plan = {"0": ColwiseParallel(), "1": RowwiseParallel(use_local_output=False)}
+    with layoutcore_torch.spmd(MESH):
+        model = parallelize_module(base, layoutcore_torch.to_torch_mesh(MESH), plan)
+        out = model(lc.distribute_tensor(x, Layout((None, None), MESH), driver=driver))
+    assert type(out._local_tensor).__name__ == "AsyncCollectiveTensor"  # the case this test is about
+    np.testing.assert_allclose(lc.to_numpy(out, driver=driver), want, rtol=1e-5, atol=1e-6)
