@@ -29,6 +29,9 @@ def main() -> None:
     params, layouts, losses = recipe.train_distributed(lc.Mesh((2,), ("x",)))
     out = {"rank": rank, "params": {n: p.tolist() for n, p in params.items()}, "layouts": layouts, "losses": losses}
     print(json.dumps(out), flush=True)
+    # Both ranks past their last collective before either tears gloo down: a rank that destroys its
+    # group while the peer's last transfer is in flight can abort the peer at exit (seen once in CI).
+    dist.barrier()
     dist.destroy_process_group()
 
 
