@@ -274,13 +274,7 @@ class Driver(DriverHooks):
             value = value.value
         if not self.is_distributed(value):
             if self.is_traced(value):
-                raise UnsupportedLayoutError(
-                    f"{what} cannot run on a value inside the {self.name} framework's compiler "
-                    f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function.",
-                    driver=self.name,
-                    feature=Capability.TRACED.value,
-                    value=value,
-                )
+                raise self._traced_host_error(what, value)
             raise NotDistributedError(
                 f"{what} needs a distributed tensor of the {self.name} driver. Received: "
                 f"{type(value).__module__}.{type(value).__qualname__}. Distribute it first with "
@@ -288,6 +282,25 @@ class Driver(DriverHooks):
                 value=value,
             )
         return value
+
+    @final
+    def _host_tensor(self, tensor: Any, what: str) -> Any:
+        """:meth:`require_distributed`, and refuse a traced tensor (distributed or not): nothing of a
+        value inside the framework's compiler can be read to the host, whatever the capabilities."""
+        tensor = self.require_distributed(tensor, what)
+        if self._lc_traces and self.is_traced(tensor):
+            raise self._traced_host_error(what, tensor)
+        return tensor
+
+    @final
+    def _traced_host_error(self, what: str, value: Any) -> UnsupportedLayoutError:
+        return UnsupportedLayoutError(
+            f"{what} cannot run on a value inside the {self.name} framework's compiler "
+            f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function.",
+            driver=self.name,
+            feature=Capability.TRACED.value,
+            value=value,
+        )
 
     @final
     def distribute_tensor(self, value: Any, layout: Layout) -> Any:
@@ -350,7 +363,7 @@ class Driver(DriverHooks):
     @final
     def unpack(self, tensor: Any) -> list[Any]:
         """This process's per-device components of ``tensor``, in row-major mesh order."""
-        return list(self.native_unpack(self.require_distributed(tensor, "unpack")))
+        return list(self.native_unpack(self._host_tensor(tensor, "unpack")))
 
     @final
     def pack(self, components: Sequence[Any], layout: Layout, *, global_shape: Sequence[int] | None = None) -> Any:
@@ -443,6 +456,8 @@ class Driver(DriverHooks):
             tensor = tensor.value
         if not self.is_distributed(tensor):
             return self.distribute_tensor(tensor, layout)
+        if self._lc_traces and self.is_traced(tensor):
+            self._require_traced("relayout", tensor)
         self.check_layout(layout, self.shape_of(tensor))
         devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
@@ -499,6 +514,8 @@ class Driver(DriverHooks):
             self._require_traced("fetch_layout", tensor)
             return self._user_layout(self.native_fetch_layout(tensor))
         tensor = self.require_distributed(tensor, "fetch_layout")
+        if self._lc_traces and self.is_traced(tensor):
+            self._require_traced("fetch_layout", tensor)
         native = self.native_fetch_layout(tensor)
         recorded = self.recorded_layout(tensor)
         if recorded is None:
@@ -514,7 +531,7 @@ class Driver(DriverHooks):
     @final
     def to_numpy(self, tensor: Any) -> np.ndarray:
         """The global value of ``tensor`` as a NumPy array (any layout)."""
-        return self.native_to_numpy(self.require_distributed(tensor, "to_numpy"))
+        return self.native_to_numpy(self._host_tensor(tensor, "to_numpy"))
 
     @final
     def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:

@@ -238,7 +238,6 @@ class TensorFlowDriver(Driver):
 
     @_serialized
     def native_unpack(self, tensor: Any) -> list[Any]:
-        self._refuse_traced(tensor, "unpack")
         return list(self._dtensor.unpack(self._tensor(tensor)))
 
     @_serialized
@@ -305,7 +304,6 @@ class TensorFlowDriver(Driver):
 
     @_serialized
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
-        self._refuse_traced(tensor, "to_numpy")
         return self._text.restore(self._to_numpy(tensor), tensor)
 
     def _to_numpy(self, tensor: Any) -> np.ndarray:
@@ -334,16 +332,6 @@ class TensorFlowDriver(Driver):
         for index in first.values():
             out[slices[positions[index]]] = components[index].numpy()
         return out
-
-    def _refuse_traced(self, tensor: Any, what: str) -> None:
-        if self.is_traced(tensor):
-            raise UnsupportedLayoutError(
-                f"{what} reads per-device data on the host, which a tf.function being traced cannot do; call it "
-                "outside the function.",
-                driver=self.name,
-                feature=Capability.TRACED.value,
-                value=tensor,
-            )
 
     @_serialized
     def native_call_with_layout(

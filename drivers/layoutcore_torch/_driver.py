@@ -187,7 +187,6 @@ class TorchDriver(Driver):
         return result
 
     def native_unpack(self, tensor: Any) -> list[Any]:
-        self._refuse_traced("unpack", tensor)
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
         with self.spmd(mesh.size):  # an op on a LocalTensor enters LocalTensorMode: under the simulation's lock
             local = tensor.to_local()
@@ -214,7 +213,6 @@ class TorchDriver(Driver):
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute``, which also reduces pending sums (``Partial``) into ``layout``."""
-        self._refuse_traced("relayout", tensor)
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
@@ -235,12 +233,10 @@ class TorchDriver(Driver):
             return moved
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
-        self._refuse_traced("read the layout of", tensor)
         mesh = self._meshes.mesh_of(tensor.device_mesh, concrete=True)
         return _convert.layout_from_placements(tensor.placements, mesh, tensor.ndim)
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
-        self._refuse_traced("read to the host", tensor)
         with self.spmd(tensor.device_mesh.size()):
             full = _private.waited(tensor.full_tensor())  # a pending collective finishes in the mode
         if _private.is_local_tensor(full):  # simulated: every rank holds the same gathered value
@@ -264,7 +260,6 @@ class TorchDriver(Driver):
 
     def native_mesh(self, tensor: Any) -> Mesh:
         """The concrete mesh of ``tensor``, pending sums (``Partial``) included."""
-        self._refuse_traced("relayout", tensor)
         return self._meshes.mesh_of(tensor.device_mesh, concrete=True)
 
     def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
@@ -327,7 +322,8 @@ class TorchDriver(Driver):
     def _refuse_traced(self, what: str, value: Any) -> None:
         """Raise ``UnsupportedLayoutError(feature="traced")`` under ``torch.compile``'s tracer (see :meth:`is_traced`).
 
-        The front-end checks plain traced inputs; a traced *DTensor* reaches the hooks, which check here.
+        The front-end refuses traced values for every other data function; a ``call_with_layout``
+        has no value to check before its hook runs.
         """
         if self._torch.compiler.is_compiling():
             raise UnsupportedLayoutError(
