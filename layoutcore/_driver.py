@@ -261,7 +261,9 @@ class DriverHooks(abc.ABC):
         ``call_with_layout`` result after checking the layout ``native_fetch_layout`` reads from it
         (where that raises ``UnsupportedLayoutError(feature="traced")``, on the hook's constraint alone), and raises
         ``UnsupportedLayoutError(feature="traced")`` where the driver lacks
-        :attr:`Capability.TRACED`. Must be cheap and must not raise for foreign values.
+        :attr:`Capability.TRACED` (for distributed and plain traced values alike; ``unpack`` and
+        ``to_numpy`` refuse traced values on every driver). Must be cheap and must not raise for
+        foreign values.
 
         JAX: ``isinstance(value, jax.core.Tracer)``; TF: a symbolic graph tensor inside
         ``tf.function``; torch: a ``torch.compile`` fake tensor.
