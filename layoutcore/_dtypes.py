@@ -1,0 +1,240 @@
+"""The dtypes layoutcore moves, by canonical name (no framework import).
+
+Every driver holds the dtypes its framework has among :data:`ALL_DTYPES` and declares them
+(``Driver.supported_dtypes``); the front-end refuses the others with
+:class:`~layoutcore.UnsupportedLayoutError` naming the dtype (``docs/design.md#dtypes``).
+Names are NumPy's; bfloat16 and the float8 types are ``ml_dtypes``' (imported only when such a
+dtype is asked for). Moving data never needs a dtype's arithmetic: :func:`int_view_dtype` and
+:func:`as_bits` give the same-width unsigned integer view that carries the bits.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import numpy as np
+
+from ._errors import LayoutError
+
+__all__ = [
+    "ALL_DTYPES",
+    "X64_DTYPES",
+    "as_bits",
+    "dtype_name",
+    "int_view_dtype",
+    "itemsize",
+    "numpy_dtype",
+]
+
+#: The 17 canonical dtype names, in this order (the order of tables and test axes).
+ALL_DTYPES: Final[tuple[str, ...]] = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+)
+
+#: The dtypes made of 64-bit numbers: what JAX with ``jax_enable_x64`` off would narrow.
+X64_DTYPES: Final[frozenset[str]] = frozenset({"int64", "uint64", "float64", "complex128"})
+
+_ITEMSIZE: Final[dict[str, int]] = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+_ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+# Spellings other than the canonical names, lower-cased. "float"/"double" follow C, torch and
+# TF ("float" is 32 bits), not NumPy's np.dtype("float") (64 bits): a string names a C-like type;
+# the Python type ``float`` itself still maps to float64, as NumPy does.
+_ALIASES: Final[dict[str, str]] = {
+    "bool_": "bool",
+    "boolean": "bool",
+    "half": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "float": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "single": "float32",
+    "double": "float64",
+    "fp64": "float64",
+    "f64": "float64",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "complex": "complex128",
+    "short": "int16",
+    "int": "int32",
+    "long": "int64",
+    "byte": "int8",
+    "ubyte": "uint8",
+    "char": "int8",
+    "e4m3": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e4m3fn": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "fp8_e5m2": "float8_e5m2",
+}
+
+# Framework dtype str forms: "torch.bfloat16", "<dtype: 'bfloat16'>" (TF),
+# "<class 'jax.numpy.bfloat16'>" (a JAX scalar type), "dtype('float32')", "tf.float32".
+_WRAPPED = re.compile(
+    r"""^(?:(?:torch|tf|tensorflow|jnp|jax\.numpy|np|numpy|ml_dtypes)\.(?P<a>\w+)
+        |<dtype:\s*'(?P<b>\w+)'>
+        |<class\s+'(?:[\w.]*\.)?(?P<c>\w+)'>
+        |dtype\(\s*'(?P<d>\w+)'\s*\))$""",
+    re.VERBOSE,
+)
+
+
+def _from_string(text: str) -> str | None:
+    key = text.strip()
+    match = _WRAPPED.match(key)
+    if match:
+        key = next(g for g in match.groups() if g is not None)
+    lower = key.lower()
+    if lower in _ITEMSIZE:
+        return lower
+    if lower in _ALIASES:
+        return _ALIASES[lower]
+    try:  # NumPy's own codes: "f4", "<i8", "?", "c8", ...
+        dt = np.dtype(key)
+    except (TypeError, ValueError):
+        return None
+    return dt.name if dt.name in _ITEMSIZE and dt.kind in "biufc" else None
+
+
+def dtype_name(x: Any) -> str:
+    """The canonical name (one of :data:`ALL_DTYPES`) of a dtype given in any common form.
+
+    Args:
+        x: a NumPy or ml_dtypes dtype or scalar type (``np.float32``, ``ml_dtypes.bfloat16``), a
+            string (canonical names, NumPy codes like ``"f4"``, aliases ``"half"``, ``"bf16"``,
+            ``"float"`` (32 bits, as in C, torch and TF), ``"double"``), a framework dtype
+            (``torch.bfloat16``, ``tf.bfloat16``, ``jnp.bfloat16``) or its ``str``, or the Python
+            types ``bool``, ``int`` (int64), ``float`` (float64), ``complex`` (complex128).
+
+    Raises:
+        LayoutError: ``x`` names no dtype among :data:`ALL_DTYPES` (text, bytes, records,
+            dates, object, or an unknown spelling); the message names ``x``.
+    """
+    name: str | None = None
+    if isinstance(x, np.dtype):
+        name = x.name if x.kind in "biufcV" and x.fields is None and x.subdtype is None else None
+    elif isinstance(x, str):
+        name = _from_string(x)
+    elif isinstance(x, type) and issubclass(x, (bool, int, float, complex)):
+        name = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}.get(x)
+        if name is None:
+            name = _safe_np_name(x)
+    elif isinstance(x, type) and issubclass(x, np.generic):
+        name = _safe_np_name(x)
+    else:
+        # Framework dtypes (torch.dtype, tf.DType, a jax/ml_dtypes scalar type) by their text,
+        # so no framework is imported here. tf.DType has ``.name``; torch.dtype's str is "torch.x".
+        tf_name = getattr(x, "name", None)
+        if isinstance(tf_name, str) and type(x).__name__ == "DType":
+            name = _from_string(tf_name)
+        if name is None:
+            name = _from_string(str(x))
+    if name is None or name not in _ITEMSIZE:
+        raise LayoutError(
+            f"unknown dtype {x!r}: layoutcore moves {', '.join(ALL_DTYPES)} "
+            "(text, bytes, records, dates and objects are not dtypes it holds)",
+            value=x,
+        )
+    return name
+
+
+def _safe_np_name(x: Any) -> str | None:
+    try:
+        dt = np.dtype(x)
+    except (TypeError, ValueError):
+        return None
+    return dt.name if dt.kind in "biufcV" and dt.fields is None else None
+
+
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The NumPy dtype of canonical ``name`` (ml_dtypes' for bfloat16 and float8, imported here).
+
+    Raises:
+        LayoutError: ``name`` is not one of :data:`ALL_DTYPES`.
+    """
+    _check(name)
+    if name in _ML_DTYPES:
+        import ml_dtypes  # lazy: only these dtypes need it
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of canonical ``name`` (bool: 1, complex128: 16).
+
+    Raises:
+        LayoutError: ``name`` is not one of :data:`ALL_DTYPES`.
+    """
+    _check(name)
+    return _ITEMSIZE[name]
+
+
+def int_view_dtype(name: str) -> np.dtype[Any]:
+    """The unsigned integer NumPy dtype that carries ``name``'s bits.
+
+    Same width for every dtype but complex128 (16 bytes, wider than any NumPy integer): its view
+    is ``uint64`` with a trailing axis of 2 (see :func:`as_bits`).
+
+    Raises:
+        LayoutError: ``name`` is not one of :data:`ALL_DTYPES`.
+    """
+    return np.dtype(f"uint{8 * min(itemsize(name), 8)}")
+
+
+def as_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array``'s bits as unsigned integers, for bitwise comparison (NaN payloads, -0.0 included).
+
+    Shape ``array.shape`` for every dtype but complex128, whose result has a trailing axis of 2.
+
+    Raises:
+        LayoutError: ``array``'s dtype is not one of :data:`ALL_DTYPES`.
+    """
+    name = dtype_name(array.dtype)
+    view = int_view_dtype(name)
+    a = np.ascontiguousarray(array)
+    if name == "complex128":
+        return a.reshape((*a.shape, 1)).view(view)
+    return a.view(view)
+
+
+def _check(name: str) -> None:
+    if name not in _ITEMSIZE:
+        raise LayoutError(f"unknown dtype name {name!r}: expected one of {', '.join(ALL_DTYPES)}", value=name)
