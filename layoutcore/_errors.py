@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "AmbiguousLayoutError",
+    "CheckpointError",
     "DriverNotFoundError",
     "DriverUnavailableError",
     "LayoutError",
@@ -144,3 +145,19 @@ class UnmatchedPathWarning(UserWarning):
         super().__init__(message)
         self.paths = paths
         self.near_misses = near_misses
+
+
+class CheckpointError(LayoutcoreError):
+    """A missing, incomplete, corrupt (checksum mismatch, truncated, missing shard) or unknown checkpoint.
+
+    Attributes:
+        path: the checkpoint directory.
+        file: the offending file inside it (or ``None`` when the whole checkpoint is at fault).
+        tensor: the tensor path in the saved tree (or ``None``).
+    """
+
+    def __init__(self, message: str, *, path: Any, file: Any = None, tensor: str | None = None) -> None:
+        super().__init__(message, value=file if file is not None else path)
+        self.path = path
+        self.file = file
+        self.tensor = tensor
