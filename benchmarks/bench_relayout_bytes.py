@@ -149,7 +149,7 @@ def measure_jax() -> dict[str, Any]:
     import numpy as np
 
     driver = lc.get_driver("jax")
-    out: dict[str, Any] = {"framework": f"jax {jax.__version__}", "cases": {}}
+    out: dict[str, Any] = {"statistic": "count", "framework": f"jax {jax.__version__}", "cases": {}}
     for case, (source, target, shape) in CASES.items():
         floor = floor_bytes(source, target, shape)
         try:
@@ -222,7 +222,7 @@ def measure_torch() -> dict[str, Any]:
             self.ops.append(f"{name} g={g}")
 
     driver = lc.get_driver("torch")
-    out: dict[str, Any] = {"framework": f"torch {torch.__version__}", "cases": {}}
+    out: dict[str, Any] = {"statistic": "count", "framework": f"torch {torch.__version__}", "cases": {}}
     for case, (source, target, shape) in CASES.items():
         floor = floor_bytes(source, target, shape)
         try:

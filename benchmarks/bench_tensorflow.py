@@ -92,6 +92,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "bench_tensorflow",
+                "statistic": "median",
                 "quick": args.quick,
                 "python": platform.python_version(),
                 "tensorflow": __import__("tensorflow").__version__,

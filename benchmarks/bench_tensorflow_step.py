@@ -121,6 +121,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "bench_tensorflow_step",
+                "statistic": "median",
                 "quick": args.quick,
                 "python": platform.python_version(),
                 "tensorflow": tf.__version__,

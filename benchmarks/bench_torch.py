@@ -165,6 +165,7 @@ def main() -> int:
     out.write_text(
         json.dumps(
             {
+                "statistic": "median",
                 "torch": torch.__version__,
                 "python": platform.python_version(),
                 "machine": platform.machine(),

@@ -181,7 +181,7 @@ def main() -> None:
         "quick": args.quick,
         "load_average_1min": os.getloadavg()[0],
     }
-    RESULTS.write_text(json.dumps({"meta": meta, **result}, indent=2) + "\n")
+    RESULTS.write_text(json.dumps({"statistic": "median", "meta": meta, **result}, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 
