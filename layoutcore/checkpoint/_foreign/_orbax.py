@@ -1,0 +1,273 @@
+"""Orbax checkpoints (``PyTreeCheckpointer`` / ``StandardCheckpointer``), read through TensorStore only.
+
+An Orbax directory holds ``_METADATA`` (the tree: each leaf's key path and value type),
+``_sharding`` (per ``jax.Array`` leaf, its ``NamedSharding`` as JSON, keyed by the base64 of
+the dot-joined key path) and the arrays, zarr v2 or v3, in an OCDBT database or one directory
+per array. Orbax chunks each array by one device's block and compresses the chunks (zstd), so
+no byte range of a file is an element range: reads go through TensorStore's slicing, and
+``read_plan`` counts the uncompressed bytes of every chunk a box touches.
+
+Rule for ``_sharding``: a ``jax.Array`` leaf needs its entry (the saved layout); a checkpoint
+without the file, or without the leaf's entry, raises ``CheckpointError`` naming the file,
+never silently loads replicated. NumPy and scalar leaves have no sharding and are saved whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..._dtypes import dtype_name, itemsize
+from ..._layout import Layout
+from ..._mesh import Mesh
+from ._errors import checkpoint_error
+from ._model import ForeignCheckpoint, ForeignTensor, nest
+from ._pieces import Box, FileCache, Run
+
+__all__ = ["is_orbax", "layout_from_orbax_sharding", "open_orbax", "orbax_sharding_entry"]
+
+
+def is_orbax(path: Path) -> bool:
+    """Whether ``path`` is an Orbax PyTree checkpoint directory (it holds ``_METADATA``)."""
+    return path.is_dir() and (path / "_METADATA").is_file()
+
+
+def layout_from_orbax_sharding(entry: str | dict[str, Any], *, file: str = "_sharding") -> Layout:
+    """The :class:`Layout` an Orbax ``_sharding`` entry describes.
+
+    A ``NamedSharding`` entry gives its partition spec over its mesh; the mesh is abstract
+    where the stored device ids are ``0..n-1`` in row-major order, else it keeps the ids as
+    ``CPU:<id>`` devices (Orbax records ids, not platforms). ``SingleDeviceSharding`` gives a
+    one-device replicated layout of rank 0 (the caller re-ranks it).
+
+    Raises:
+        CheckpointError: an entry that is not JSON, another sharding type, or a partition spec
+            naming an axis outside its mesh (naming ``file``).
+    """
+    try:
+        data = json.loads(entry) if isinstance(entry, str) else dict(entry)
+        kind = data["sharding_type"]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise checkpoint_error(
+            f"{file}: sharding entry is not Orbax sharding JSON: {str(entry)[:200]}", file=file
+        ) from None
+    if kind == "SingleDeviceSharding":
+        return Layout((), Mesh((1,), ("d",)))
+    if kind != "NamedSharding":
+        raise checkpoint_error(
+            f"{file}: sharding type {kind!r} has no layoutcore Layout (only NamedSharding)", file=file
+        )
+    try:
+        shape = tuple(int(s) for s in data["shape"])
+        names = tuple(str(n) for n in data["axis_names"])
+        spec = [tuple(e) if isinstance(e, list) else e for e in data["partition_spec"]]
+        ids = _device_ids(data.get("device_mesh"))
+        devices = None if ids is None or ids == list(range(len(ids))) else [f"CPU:{i}" for i in ids]
+        return Layout(spec, Mesh(shape, names, devices))
+    except Exception as err:  # a LayoutError from the values, or malformed fields
+        raise checkpoint_error(
+            f"{file}: cannot express Orbax sharding {data!r} as a Layout ({err})", file=file
+        ) from None
+
+
+def _device_ids(device_mesh: Any) -> list[int] | None:
+    if not device_mesh:
+        return None
+    flat: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            flat.append(int(node["id"]))
+        else:
+            for child in node:
+                walk(child)
+
+    walk(device_mesh["mesh"])
+    return flat
+
+
+def orbax_sharding_entry(layout: Layout, *, device_ids: list[int] | None = None) -> dict[str, Any]:
+    """The Orbax ``_sharding`` entry (``NamedShardingMetadata`` JSON) of ``layout``.
+
+    Device ids are ``device_ids``, else the trailing numbers of the mesh's device names, else
+    ``0..n-1``. Orbax's JSON has no uneven rule: Orbax and JAX use the same ceil chunks, so an
+    uneven layout is written as is (JAX refuses non-divisible shapes when it restores).
+
+    Raises:
+        LayoutError: ``layout`` has no mesh.
+    """
+    mesh = layout._require_mesh("orbax_sharding_entry")
+    if device_ids is None:
+        if mesh.devices is None:
+            device_ids = list(range(mesh.size))
+        else:
+            device_ids = [
+                int("".join(c for c in d.rsplit(":", 1)[-1] if c.isdigit()) or i) for i, d in enumerate(mesh.devices)
+            ]
+    grid = np.array([{"id": i} for i in device_ids], dtype=object).reshape(mesh.shape).tolist()
+    return {
+        "sharding_type": "NamedSharding",
+        "shape": list(mesh.shape),
+        "axis_names": list(mesh.axis_names),
+        "partition_spec": [list(a) if isinstance(a, tuple) else a for a in layout.axes],
+        "device_mesh": {"mesh": grid},
+    }
+
+
+class OrbaxCheckpoint(ForeignCheckpoint):
+    """An Orbax checkpoint: tensors read through TensorStore handles opened on first use."""
+
+    __slots__ = ("_chunks", "_handles", "_specs")
+
+    def __init__(
+        self, *args: Any, specs: dict[str, dict[str, Any]], chunks: dict[str, tuple[int, ...]], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._specs = specs
+        self._chunks = chunks
+        self._handles: dict[str, Any] = {}
+
+    def _store(self, tensor: ForeignTensor) -> Any:
+        import tensorstore as ts  # lazily: import layoutcore.checkpoint imports no I/O library
+
+        handle = self._handles.get(tensor.path)
+        if handle is None:
+            try:
+                handle = ts.open(self._specs[tensor.path], open=True, read=True).result()
+            except Exception as err:  # TensorStore's ValueError/RuntimeError: corrupt or missing data
+                raise checkpoint_error(
+                    f"{self.path}: cannot open array {tensor.key!r} ({err})", file=self.path
+                ) from None
+            self._handles[tensor.path] = handle
+        return handle
+
+    def runs(self, tensor: ForeignTensor, box: Box) -> list[Run]:
+        """One run per stored chunk the box touches, its uncompressed size (an upper estimate)."""
+        chunk = self._chunks[tensor.path]
+        if not tensor.shape or math.prod(box[1]) == 0:
+            return [Run(f"{self.path}/{tensor.key}", 0, tensor.nbytes)] if math.prod(box[1]) else []
+        ranges = [range(o // c, (o + s - 1) // c + 1) for o, s, c in zip(box[0], box[1], chunk, strict=True)]
+        item = itemsize(tensor.dtype)
+        runs = []
+        for index in np.ndindex(*[len(r) for r in ranges]):
+            idx = tuple(r[i] for r, i in zip(ranges, index, strict=True))
+            elems = math.prod(min(c, d - i * c) for i, c, d in zip(idx, chunk, tensor.shape, strict=True))
+            runs.append(Run(f"{self.path}/{tensor.key}/{'.'.join(map(str, idx))}", 0, elems * item))
+        return runs
+
+    def read(self, tensor: ForeignTensor, box: Box, files: FileCache) -> np.ndarray[Any, Any]:
+        store = self._store(tensor)
+        index = tuple(slice(o, o + s) for o, s in zip(box[0], box[1], strict=True))
+        try:
+            value = np.asarray(store[index].read().result() if index else store.read().result())
+        except Exception as err:
+            raise checkpoint_error(f"{self.path}: reading {tensor.key!r} failed ({err})", file=self.path) from None
+        return np.ascontiguousarray(value)
+
+    def close(self) -> None:
+        self._handles.clear()
+
+
+def open_orbax(path: Path) -> ForeignCheckpoint:
+    """Open an Orbax PyTree checkpoint directory (no jax import).
+
+    Raises:
+        CheckpointError: unreadable ``_METADATA``, a ``jax.Array`` leaf without its ``_sharding``
+            entry (or no ``_sharding`` file), or an array TensorStore cannot open.
+    """
+    meta_file = path / "_METADATA"
+    try:
+        raw = meta_file.read_bytes()
+        meta = json.loads(raw)
+        tree_meta = meta["tree_metadata"]
+    except OSError as err:
+        raise checkpoint_error(f"cannot read {meta_file}: {err.strerror}", file=str(meta_file)) from None
+    except (ValueError, KeyError, TypeError):
+        raise checkpoint_error(f"{meta_file} is not Orbax tree metadata", file=str(meta_file)) from None
+    read = len(raw)
+    use_ocdbt = bool(meta.get("use_ocdbt", True))
+    driver = "zarr3" if meta.get("use_zarr3") else "zarr"
+    sharding_file = path / "_sharding"
+    shardings: dict[str, str] | None = None
+    if sharding_file.is_file():
+        try:
+            text = sharding_file.read_bytes()
+            read += len(text)
+            shardings = {base64.b64decode(k).decode(): v for k, v in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise checkpoint_error(f"{sharding_file} is not Orbax sharding JSON", file=str(sharding_file)) from None
+    import tensorstore as ts
+
+    base = path.resolve().as_uri()
+    tensors: dict[str, ForeignTensor] = {}
+    specs: dict[str, dict[str, Any]] = {}
+    chunks: dict[str, tuple[int, ...]] = {}
+    paths: list[tuple[str, ...]] = []
+    values: dict[str, Any] = {}
+    for entry in tree_meta.values():
+        keys = tuple(str(k["key"]) for k in entry["key_metadata"])
+        kind = entry.get("value_metadata", {}).get("value_type", "")
+        paths.append(keys)
+        tree_path, key = "/".join(keys), ".".join(keys)
+        kv = (
+            {"driver": "ocdbt", "base": base, "path": key + "/"}
+            if use_ocdbt
+            else {"driver": "file", "path": str(path / key) + "/"}
+        )
+        spec = {"driver": driver, "kvstore": kv}
+        try:
+            store = ts.open(spec, open=True, read=True).result()
+        except Exception as err:
+            raise checkpoint_error(
+                f"{path}: cannot open the stored array {key!r} ({err})", file=str(path / key)
+            ) from None
+        shape = tuple(int(s) for s in store.shape)
+        dtype = dtype_name(store.dtype.numpy_dtype)
+        chunk = tuple(int(c) for c in (store.chunk_layout.read_chunk.shape or shape))
+        if kind == "jax.Array":
+            if shardings is None:
+                raise checkpoint_error(
+                    f"{sharding_file} is missing: the layout of jax.Array {key!r} is unknown (refusing to guess replicated)",
+                    file=str(sharding_file),
+                )
+            if key not in shardings:
+                raise checkpoint_error(f"{sharding_file} has no entry for jax.Array {key!r}", file=str(sharding_file))
+            layout: Layout | None = layout_from_orbax_sharding(shardings[key], file=str(sharding_file))
+            assert layout is not None
+            if layout.rank != len(shape):
+                layout = Layout((None,) * len(shape), layout.mesh) if layout.rank == 0 else None
+                if layout is None:
+                    raise checkpoint_error(
+                        f"{sharding_file}: {key!r} has a sharding of another rank than {shape}", file=str(sharding_file)
+                    )
+        else:
+            layout = None
+        if kind == "scalar":
+            values[tree_path] = np.asarray(store.read().result()).item()
+            continue
+        boxes = _chunk_boxes(shape, chunk)
+        tensors[tree_path] = ForeignTensor(tree_path, key, shape, dtype, layout, boxes)
+        specs[tree_path] = spec
+        chunks[tree_path] = chunk
+    try:
+        tree = nest(paths)
+    except ValueError as err:
+        raise checkpoint_error(f"{meta_file}: inconsistent tree ({err})", file=str(meta_file)) from None
+    files = tuple(sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file()))
+    return OrbaxCheckpoint("orbax", str(path), tensors, values, tree, files, read, specs=specs, chunks=chunks)
+
+
+def _chunk_boxes(shape: tuple[int, ...], chunk: tuple[int, ...]) -> tuple[Box, ...]:
+    if not shape:
+        return (((), ()),)
+    grid = [range(0, d, c) if d else range(1) for d, c in zip(shape, chunk, strict=True)]
+    out = []
+    for starts in np.ndindex(*[len(g) for g in grid]):
+        off = tuple(g[i] for g, i in zip(grid, starts, strict=True))
+        out.append((off, tuple(min(c, d - o) for o, c, d in zip(off, chunk, shape, strict=True))))
+    return tuple(out)
