@@ -229,7 +229,9 @@ def as_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """
     name = dtype_name(array.dtype)
     view = int_view_dtype(name)
-    a = np.ascontiguousarray(array)
+    a = np.asarray(array)
+    if not a.flags.c_contiguous:  # not np.ascontiguousarray: it makes a 0-d array 1-d
+        a = a.copy(order="C")
     if name == "complex128":
         return a.reshape((*a.shape, 1)).view(view)
     return a.view(view)
