@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from layoutcore import Capability, Driver, Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore.driver import Capability, Driver
 
+from . import _relayout
 from ._convert import (
     AxisTypeName,
     _devices_by_name,
@@ -92,7 +94,7 @@ class JaxDriver(Driver):
     call_with_layout    ``jax.jit(fn, out_shardings=NamedSharding)``: each device builds its shard
     ==================  ====================================================================
 
-    Inside ``jax.jit`` (traced values, :attr:`~layoutcore.Capability.TRACED`), ``distribute_tensor``
+    Inside ``jax.jit`` (traced values, :attr:`~layoutcore.driver.Capability.TRACED`), ``distribute_tensor``
     and ``relayout`` apply the layout as ``jax.lax.with_sharding_constraint`` (``jax.sharding.reshard``
     on Explicit axes), ``call_with_layout`` constrains its result the same way, and ``fetch_layout``
     returns a layout the driver applied in this trace, or the one JAX's type carries (Explicit axes);
@@ -279,8 +281,12 @@ class JaxDriver(Driver):
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(tensor):
+            # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
         sharding = self._sharding(layout, devices)
+        planned = _relayout.relayout_at_floor(self, tensor, layout, devices, sharding)
+        if planned is not None:  # device_put would move more than relayout_plan's floor
+            return planned
         out = _array(self._jax.device_put(tensor, sharding))
         if out is tensor:
             # Same NamedSharding (the layouts differ only by mesh name, or abstract vs concrete mesh):

@@ -1,0 +1,364 @@
+"""Relayout at the physical floor on JAX: ``relayout_plan``'s transfers as ``ppermute`` rounds in one program.
+
+``jax.device_put`` to another sharding moves the physical floor for most changes (x -> None,
+None -> x, S0 -> S1), but not all: (x, y) -> (y, x) on a 4x2 mesh moves 1.33x the floor, a move to
+another mesh over the same devices 2x and (x, y) -> (None, (x, y)) 1.7x (measured from the compiled
+HLO in ``benchmarks/bench_relayout_bytes.py``). The driver reads JAX's own plan first: the
+collectives of the compiled ``jax.jit(lambda a: a, out_shardings=target)`` (compiled once per
+pair of shardings, shape and dtype, never run), priced by :func:`hlo_moved_bytes`. Where that is
+the floor, ``device_put`` runs as before. Elsewhere, and where JAX cannot compile the move (meshes
+over different device sets), one jitted ``shard_map`` over a flat mesh of every participating
+device runs the plan's rectangles:
+
+* each device's source block enters as its own shard, without a copy
+  (``make_array_from_single_device_arrays``; a device of the target mesh outside the source mesh
+  enters an empty block of the source block's shape);
+* the rectangles are grouped into rounds of one shape in which each device sends at most one and
+  receives at most one; a round is one ``ppermute`` (an XLA ``collective-permute``) over exactly
+  those pairs, so it carries exactly the rounds' rectangles, and ``dynamic_slice`` /
+  ``dynamic_update_slice`` at per-device offsets (tables indexed by ``axis_index``) cut and place them;
+* what a device already holds of its target block is copied locally;
+* each device's result shard becomes the target array's shard, again without a copy.
+
+Collectives move bits: bfloat16, bool and int64 arrive bit for bit. Inside ``jax.jit`` (tracers)
+the driver applies JAX's sharding constraint instead (what XLA then moves is its choice); across
+processes (``jax.distributed``) it keeps ``device_put`` as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import layoutcore as lc
+from layoutcore import Layout, Mesh
+
+if TYPE_CHECKING:
+    import jax
+
+    from ._driver import JaxDriver
+
+__all__ = ["hlo_moved_bytes", "native_moved_bytes", "relayout_at_floor"]
+
+_CACHE_SIZE = 256
+_AXIS = "lc_relayout"
+
+
+class _Lru(OrderedDict[Any, Any]):
+    def put(self, key: Any, value: Any) -> Any:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > _CACHE_SIZE:
+            self.popitem(last=False)
+        return value
+
+
+_LOCK = threading.Lock()
+_NATIVE: _Lru = _Lru()  # (source sharding, target sharding, shape, dtype) -> native moved bytes (None: cannot)
+_PROGRAMS: _Lru = _Lru()  # (source layout, target layout, shape, dtype) -> _Program
+
+
+# ------------------------------------------------------------------------------------------------
+# Counting the collectives of a compiled program
+# ------------------------------------------------------------------------------------------------
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
+_ARRAY = re.compile(r"\b(" + "|".join(_DTYPE_BYTES) + r")\[([\d,]*)\]")
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(.*?)\s+([\w\-]+)\(")
+_COLLECTIVES = {"all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter"}
+
+
+def _shape_bytes(text: str) -> int:
+    """Bytes of an HLO shape (an array, or a tuple of arrays) written at the start of ``text``."""
+    head = text[: text.index(")") + 1] if text.startswith("(") else text.split(" ", 1)[0]
+    return sum(_DTYPE_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(head))
+
+
+def _group_size(line: str, devices: int) -> int:
+    groups = re.search(r"replica_groups=\{(\{[\d,]*\})", line)
+    if groups:
+        return len(groups.group(1).strip("{}").split(","))
+    iota = re.search(r"replica_groups=\[([\d,]+)\]<=", line)
+    if iota:
+        return int(iota.group(1).split(",")[-1])
+    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\S+)?\s*\{([^}]*)\}", line)
+    if mesh:  # {'a'} is all of axis a; {'a':(2)2} a sub-axis of size 2
+        sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
+        return math.prod(
+            int(sub) if sub else int(sizes[a]) for a, sub in re.findall(r"'(\w+)'(?::\(\d+\)(\d+))?", mesh.group(2))
+        )
+    return devices
+
+
+def hlo_moved_bytes(hlo: str, devices: int) -> tuple[int, list[str]]:
+    """Bytes all devices receive through the collectives of an SPMD-partitioned HLO module.
+
+    Each of the ``devices`` runs the program, so a collective's per-device bytes count once per
+    device: an ``all-gather`` receives ``result - operand``; an ``all-to-all`` over ``g`` receives
+    ``(g-1)/g`` of its operands; a ``collective-permute`` carries its operand once per pair with
+    ``source != target``; ``reduce-scatter`` ``(g-1)/g`` and ``all-reduce`` ``2(g-1)/g`` of the
+    operand (ring bounds). Returns ``(bytes, one "op g=N" per collective)``.
+    """
+    shapes: dict[str, int] = {}
+    moved = 0
+    seen: list[str] = []
+    for line in hlo.splitlines():
+        match = _DEF.match(line)
+        if not match:
+            continue
+        name, shape, op = match.groups()
+        shapes[name] = _shape_bytes(shape)
+        op = op.removesuffix("-start")
+        if op.endswith("-done") or op not in _COLLECTIVES:
+            continue
+        args = line[match.end() :].split(")", 1)[0]
+        names = re.findall(r"%[\w.\-]+", args)  # "/*index=5*/%x" too
+        operand = sum(shapes[a] for a in names)
+        # A tuple all-to-all sends operand i to group member i: the group is as long as the tuple.
+        g = len(names) if op == "all-to-all" and len(names) > 1 else _group_size(line, devices)
+        if op == "all-gather":
+            moved += (shapes[name] - operand) * devices
+        elif op in ("all-to-all", "reduce-scatter"):
+            moved += operand * (g - 1) // g * devices
+        elif op == "all-reduce":
+            moved += 2 * operand * (g - 1) // g * devices
+        else:  # collective-permute: one operand per pair that leaves its device
+            pairs = re.findall(r"\{(\d+),(\d+)\}", line.split("source_target_pairs=", 1)[1])
+            moved += operand * sum(1 for s, t in pairs if s != t)
+        seen.append(f"{op} g={g}")
+    return moved, seen
+
+
+def native_moved_bytes(tensor: jax.Array, sharding: Any) -> int | None:
+    """What ``device_put(tensor, sharding)`` moves: the collectives of JAX's compiled identity onto
+    ``sharding`` (compiled, never run; cached). ``None`` where JAX cannot compile that move."""
+    import jax
+
+    key = (tensor.sharding, sharding, tensor.shape, str(tensor.dtype))
+    with _LOCK:
+        if key in _NATIVE:
+            return _NATIVE[key]  # type: ignore[no-any-return]
+    try:
+        compiled = jax.jit(lambda a: a, out_shardings=sharding).lower(tensor).compile()
+        moved: int | None = hlo_moved_bytes(compiled.as_text(), len(tensor.sharding.device_set))[0]
+    except Exception:  # e.g. meshes over different device sets: not one program
+        moved = None
+    with _LOCK:
+        _NATIVE.put(key, moved)
+    return moved
+
+
+# ------------------------------------------------------------------------------------------------
+# The program
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """One ``ppermute``: every pair sends a rectangle of one shape."""
+
+    shape: tuple[int, ...]
+    pairs: tuple[tuple[int, int], ...]
+    send_at: np.ndarray  # (devices, rank): where each device cuts (0 for non-senders)
+    receive_at: np.ndarray  # (devices, rank): where each device writes (the scratch row for non-receivers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Program:
+    devices: tuple[Any, ...]  # jax devices of the flat mesh, participants in order
+    source_of: tuple[int | None, ...]
+    target_of: tuple[int | None, ...]
+    source_block: tuple[int, ...]
+    target_block: tuple[int, ...]
+    floor_bytes: int
+    input_sharding: Any  # NamedSharding over the flat mesh, one block per device along axis 0
+    run: Any  # the jitted shard_map
+
+
+def _blocks(layout: Layout, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    return [tuple(s.indices(n)[0] for s, n in zip(block, shape, strict=True)) for block in layout.device_slices(shape)]
+
+
+def _matchings(items: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, Any]]]:
+    """Split ``(src, dst, payload)`` items into rounds where each src sends and each dst receives at most once."""
+    rounds: list[tuple[set[int], set[int], list[tuple[int, int, Any]]]] = []
+    for src, dst, payload in items:
+        for senders, receivers, members in rounds:
+            if src not in senders and dst not in receivers:
+                senders.add(src)
+                receivers.add(dst)
+                members.append((src, dst, payload))
+                break
+        else:
+            rounds.append(({src}, {dst}, [(src, dst, payload)]))
+    return [members for _, _, members in rounds]
+
+
+def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -> _Program:
+    key = (source, target, shape, str(dtype))
+    with _LOCK:
+        found = _PROGRAMS.get(key)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec
+
+    source_mesh: Mesh = source.mesh  # type: ignore[assignment]
+    target_mesh: Mesh = target.mesh  # type: ignore[assignment]
+    assert source_mesh.devices is not None and target_mesh.devices is not None
+    names = list(dict.fromkeys((*source_mesh.devices, *target_mesh.devices)))
+    where = {d: i for i, d in enumerate(names)}
+    u = len(names)
+    rank = len(shape)
+    plan = lc.relayout_plan(source, target, shape, _dtype_name(dtype))
+    src_starts, dst_starts = _blocks(source, shape), _blocks(target, shape)
+    source_block = tuple(shape[d] // source.num_shards(d) for d in range(rank))
+    target_block = tuple(shape[d] // target.num_shards(d) for d in range(rank))
+    source_of: list[int | None] = [None] * u
+    target_of: list[int | None] = [None] * u
+    for p, d in enumerate(source_mesh.devices):
+        source_of[where[d]] = p
+    for q, d in enumerate(target_mesh.devices):
+        target_of[where[d]] = q
+    scratch = (target_block[0], *([0] * (rank - 1)))  # non-receivers write below the block, cut off at the end
+
+    # What each device keeps: its source block's overlap with its target block, grouped by shape.
+    keeps: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
+    for i in range(u):
+        p, q = source_of[i], target_of[i]
+        if p is None or q is None:
+            continue
+        lo = [max(a, b) for a, b in zip(src_starts[p], dst_starts[q], strict=True)]
+        hi = [
+            min(a + n, b + m)
+            for a, n, b, m in zip(src_starts[p], source_block, dst_starts[q], target_block, strict=True)
+        ]
+        if all(h > lo_ for lo_, h in zip(lo, hi, strict=True)):
+            size = tuple(h - lo_ for lo_, h in zip(lo, hi, strict=True))
+            at_src = tuple(a - s for a, s in zip(lo, src_starts[p], strict=True))
+            at_dst = tuple(a - s for a, s in zip(lo, dst_starts[q], strict=True))
+            keeps.setdefault(size, []).append((i, at_src, at_dst))
+    keep_tables = []
+    for size, members in keeps.items():
+        take = np.zeros((u, rank), np.int32)
+        put = np.tile(np.array(scratch, np.int32), (u, 1))
+        for i, at_src, at_dst in members:
+            take[i], put[i] = at_src, at_dst
+        keep_tables.append((size, take, put))
+
+    # The transfers, by rectangle shape, in rounds of one send and one receive per device.
+    by_shape: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
+    for t in plan.transfers:
+        i, j = where[source_mesh.devices[t.src]], where[target_mesh.devices[t.dst]]
+        size = tuple(s.stop - s.start for s in t.index)
+        at_src = tuple(s.start - a for s, a in zip(t.index, src_starts[t.src], strict=True))
+        at_dst = tuple(s.start - a for s, a in zip(t.index, dst_starts[t.dst], strict=True))
+        by_shape.setdefault(size, []).append((i, j, (at_src, at_dst)))
+    rounds = []
+    for size, items in by_shape.items():
+        for members in _matchings(items):
+            send_at = np.zeros((u, rank), np.int32)
+            receive_at = np.tile(np.array(scratch, np.int32), (u, 1))
+            for i, j, (at_src, at_dst) in members:
+                send_at[i], receive_at[j] = at_src, at_dst
+            rounds.append(_Round(size, tuple((i, j) for i, j, _ in members), send_at, receive_at))
+    pad = max([r.shape[0] for r in rounds] + [size[0] for size in keeps] + [0])
+    padded = (target_block[0] + pad, *target_block[1:])
+
+    def body(block: Any) -> Any:
+        index = jax.lax.axis_index(_AXIS)
+        out = jnp.zeros(padded, block.dtype)
+        for size, take, put in keep_tables:
+            piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(take)[index]), size)
+            out = jax.lax.dynamic_update_slice(out, piece, tuple(jnp.asarray(put)[index]))
+        for r in rounds:
+            piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(r.send_at)[index]), r.shape)
+            piece = jax.lax.ppermute(piece, _AXIS, r.pairs)
+            out = jax.lax.dynamic_update_slice(out, piece, tuple(jnp.asarray(r.receive_at)[index]))
+        return out[: target_block[0]]
+
+    devices = tuple(driver._by_name[d] for d in names)
+    flat = jax.sharding.Mesh(np.array(devices, dtype=object), (_AXIS,))
+    spec = PartitionSpec(_AXIS)
+    mapped = jax.shard_map(body, mesh=flat, in_specs=spec, out_specs=spec, check_vma=False)
+    flat_sharding = jax.sharding.NamedSharding(flat, spec)
+    run = jax.jit(mapped, out_shardings=flat_sharding)
+    found = _Program(
+        devices, tuple(source_of), tuple(target_of), source_block, target_block, plan.floor_bytes, flat_sharding, run
+    )
+    with _LOCK:
+        _PROGRAMS.put(key, found)
+    return found
+
+
+def _flat_input(program: _Program, tensor: jax.Array) -> jax.Array:
+    """The source shards as one array over the flat mesh (device ``i``'s shard is its block), no copy."""
+    import jax
+
+    by_device = {shard.device: shard.data for shard in tensor.addressable_shards}
+    arrays = []
+    for device, p in zip(program.devices, program.source_of, strict=True):
+        if p is None:  # a target device outside the source mesh: it contributes nothing
+            arrays.append(jax.device_put(np.zeros(program.source_block, tensor.dtype), device))
+        else:
+            arrays.append(by_device[device])
+    u = len(program.devices)
+    global_shape = (u * program.source_block[0], *program.source_block[1:])
+    return jax.make_array_from_single_device_arrays(global_shape, program.input_sharding, arrays)
+
+
+def relayout_at_floor(
+    driver: JaxDriver, tensor: jax.Array, layout: Layout, devices: tuple[str, ...], sharding: Any
+) -> jax.Array | None:
+    """``tensor`` laid out by ``layout`` (``sharding``) moving exactly ``relayout_plan``'s bytes, or ``None``
+    where ``device_put`` already moves that (see the module docstring)."""
+    import jax
+
+    if driver._multiprocess or math.prod(tensor.shape) == 0:
+        return None
+    shape = tuple(int(s) for s in tensor.shape)
+    source = driver.native_fetch_layout(tensor)
+    target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    target = Layout(layout.axes, target_mesh if target_mesh.devices is not None else target_mesh.with_devices(devices))
+    dtype = tensor.dtype
+    floor = _floor(source, target, shape, dtype)
+    native = native_moved_bytes(tensor, sharding)
+    if native is not None and native <= floor:
+        return None
+    program = _program(driver, source, target, shape, dtype)
+    out = program.run(_flat_input(program, tensor))
+    by_device = {shard.device: shard.data for shard in out.addressable_shards}
+    arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _floor(source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -> int:
+    return lc.relayout_plan(source, target, shape, _dtype_name(dtype)).floor_bytes
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(np.dtype(dtype).name) if str(dtype) != "bfloat16" else "bfloat16"
