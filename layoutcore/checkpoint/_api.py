@@ -1,0 +1,701 @@
+"""save / load / inspect / read_plan (``docs/design.md#checkpoints``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._dtypes import dtype_name, numpy_dtype
+from .._errors import CheckpointError, LayoutError, LayoutMismatchError
+from .._layout import Layout
+from .._layout_map import LayoutMap
+from .._mesh import Mesh
+from .._tensor_spec import TensorSpec, device_bounds
+from ._format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    ArrayStorage,
+    choose_chunks,
+    encode_key,
+    storage_dtype,
+    write_json,
+    write_shard,
+)
+from ._read_plan import StoredTensor, TensorReads, merge_ranges, plan_tensor, read_boxes
+
+__all__ = ["CheckpointInfo", "ReadPlan", "inspect", "load", "read_plan", "save"]
+
+META = "layoutcore.json"
+#: The mesh a plain (undistributed) array is recorded on: one abstract device, replicated.
+PLAIN_MESH = Mesh((1,), ("replica",))
+
+
+# -- values ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """What a checkpoint holds, read from its metadata only.
+
+    Attributes:
+        path: the checkpoint directory.
+        tensors: tensor path -> :class:`TensorSpec` (saved shape, dtype and layout; plain arrays
+            are recorded as replicated on a one-device abstract mesh).
+        total_bytes: bytes of all tensors (each once, replicas not repeated).
+        files: every file of the checkpoint, relative to ``path``.
+        format_version: the layoutcore format version.
+        chunks: tensor path -> inner chunk shape (the read granularity of whole-chunk readers).
+        plain: the paths saved from plain arrays and scalars.
+    """
+
+    path: str
+    tensors: dict[str, TensorSpec]
+    total_bytes: int
+    files: tuple[str, ...]
+    format_version: int
+    chunks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    plain: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """The bytes a load reads, computed from metadata before any data is read.
+
+    Attributes:
+        reads: ``(file, offset, length)`` per merged byte range, by file then offset.
+        read_bytes: total bytes of ``reads`` (data and chunk checksums).
+        floor_bytes: each distinct element the devices need, once, times its item size.
+        amplification: ``read_bytes / floor_bytes`` (1.0 when nothing is needed).
+        metadata_bytes: bytes of metadata a load reads besides (``layoutcore.json``).
+        tensors: tensor path -> ``(read_bytes, floor_bytes)``.
+    """
+
+    reads: tuple[tuple[str, int, int], ...]
+    read_bytes: int
+    floor_bytes: int
+    amplification: float
+    metadata_bytes: int = 0
+    tensors: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+# -- trees -----------------------------------------------------------------------------------
+def _is_namedtuple(node: object) -> bool:
+    return isinstance(node, tuple) and hasattr(type(node), "_fields")
+
+
+def _children(node: Any) -> list[tuple[Any, Any]] | None:
+    if isinstance(node, Mapping):
+        return list(node.items())
+    if _is_namedtuple(node):
+        return list(zip(type(node)._fields, node, strict=True))
+    if isinstance(node, (list, tuple)):
+        return list(enumerate(node))
+    return None
+
+
+def _walk(tree: Any, leaves: list[tuple[str, Any]], path: str = "") -> Any:
+    """The tree's structure as JSON, appending ``(path, leaf)`` for every non-None leaf."""
+    if tree is None:
+        return {"t": "none"}
+    children = _children(tree)
+    if children is None:
+        leaves.append((path, tree))
+        return {"t": "leaf", "p": path}
+    subs = [_walk(v, leaves, f"{path}/{k}" if path else str(k)) for k, v in children]
+    if isinstance(tree, Mapping):
+        keys = [k if isinstance(k, (str, int)) and not isinstance(k, bool) else str(k) for k, _ in children]
+        return {"t": "dict", "k": keys, "c": subs}
+    if _is_namedtuple(tree):
+        return {"t": "namedtuple", "n": type(tree).__name__, "f": list(type(tree)._fields), "c": subs}
+    return {"t": "list" if isinstance(tree, list) else "tuple", "c": subs}
+
+
+def _rebuild(node: Mapping[str, Any], values: Mapping[str, Any]) -> Any:
+    kind = node["t"]
+    if kind == "none":
+        return None
+    if kind == "leaf":
+        return values[node["p"]]
+    subs = [_rebuild(c, values) for c in node["c"]]
+    if kind == "dict":
+        return dict(zip(node["k"], subs, strict=True))
+    if kind == "namedtuple":
+        import collections
+
+        return collections.namedtuple(node["n"], node["f"])(*subs)  # type: ignore[misc]
+    return subs if kind == "list" else tuple(subs)
+
+
+# -- leaves ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Leaf:
+    spec: TensorSpec
+    plain: bool
+    components: list[Any]  # local components, row-major over `positions`
+    positions: list[int]
+    driver: Any
+
+
+def _leaf(path: str, value: Any) -> _Leaf:
+    from ..driver._frontend import HoldsValue
+    from ..driver._registry import driver_for
+
+    if isinstance(value, HoldsValue):
+        value = value.value
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float, complex)) or not hasattr(value, "shape"):
+        return _plain_leaf(path, value)
+    drv = driver_for(value)
+    if not drv.is_distributed(value):
+        return _plain_leaf(path, value)
+    layout = drv.fetch_layout(value)
+    shape = drv.shape_of(value)
+    spec = TensorSpec(shape, dtype_name(value.dtype), layout)
+    devices = drv.bind_mesh(spec.mesh)
+    positions = list(drv.local_positions(spec.mesh, devices))
+    return _Leaf(spec, False, drv.unpack(value), positions, drv)
+
+
+def _plain_leaf(path: str, value: Any) -> _Leaf:
+    if isinstance(value, (str, bytes)):
+        raise CheckpointError(
+            f"checkpoint.save: leaf {path!r} is {type(value).__name__}; a checkpoint holds arrays, tensors and numbers.",
+            path=path,
+            tensor=path,
+        )
+    array = _host_array(value)
+    try:
+        name = dtype_name(array.dtype)
+    except LayoutError as exc:
+        raise CheckpointError(
+            f"checkpoint.save: leaf {path!r} has dtype {array.dtype}, which a checkpoint cannot hold: {exc}",
+            path=path,
+            tensor=path,
+        ) from exc
+    spec = TensorSpec(array.shape, name, Layout.replicated(PLAIN_MESH, array.ndim))
+    return _Leaf(spec, True, [array], [0], None)
+
+
+def _host_array(value: Any) -> np.ndarray[Any, Any]:
+    """A component or plain value as a NumPy array of its own dtype (bfloat16 and float8 included)."""
+    if isinstance(value, np.ndarray):
+        return value
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        import torch  # the value is a torch tensor: torch is imported already
+
+        t = value.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        name = dtype_name(t.dtype)
+        if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            signed = torch.int16 if name == "bfloat16" else torch.int8
+            return np.asarray(t.view(signed).numpy()).view(numpy_dtype(name))
+        return np.asarray(t.numpy())
+    if hasattr(value, "numpy") and module.startswith("tensorflow"):
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+def _host_component(leaf: _Leaf, component: Any) -> np.ndarray[Any, Any]:
+    array = _host_array(component)
+    if leaf.driver is not None and dtype_name(array.dtype) != leaf.spec.dtype:
+        array = np.asarray(leaf.driver.component_to_numpy(component))
+    if dtype_name(array.dtype) != leaf.spec.dtype:
+        array = array.astype(numpy_dtype(leaf.spec.dtype))  # exact: e.g. torch's bfloat16 read as float32
+    return array
+
+
+# -- read layouts ------------------------------------------------------------------------------
+def _read_layouts_for(read_layouts: Any, path: str, rank: int) -> list[Layout]:
+    if read_layouts is None:
+        return []
+    sources = read_layouts if isinstance(read_layouts, (list, tuple)) else [read_layouts]
+    out = []
+    for source in sources:
+        if isinstance(source, LayoutMap):
+            layout = source[path]
+            if layout is not None and layout.mesh is None and source.mesh is not None:
+                layout = layout.with_mesh(source.mesh)
+        elif isinstance(source, Mapping):
+            layout = source.get(path)
+        else:
+            raise LayoutError(
+                "read_layouts is a LayoutMap, a mapping path -> Layout, or a list of them. "
+                f"Received: {type(source).__name__}",
+                value=source,
+            )
+        if layout is None:
+            continue
+        if not isinstance(layout, Layout) or layout.mesh is None:
+            raise LayoutError(
+                f"read_layouts entry for {path!r} must be a Layout with a mesh. Received: {layout!r}", value=layout
+            )
+        if layout.rank == rank:
+            out.append(layout)
+    return out
+
+
+def _block_shape(shape: Sequence[int], layout: Layout) -> tuple[int, ...]:
+    return tuple(max(1, -(-n // layout.num_shards(d))) for d, n in enumerate(shape))
+
+
+def _storage(path: str, spec: TensorSpec, read_layouts: Any) -> ArrayStorage:
+    shard = _block_shape(spec.shape, spec.layout)
+    blocks = [_block_shape(spec.shape, r) for r in _read_layouts_for(read_layouts, path, len(spec.shape))]
+    chunk = choose_chunks(spec.shape, shard, blocks, spec.itemsize)
+    node = "/".join(encode_key(c) for c in path.split("/")) if path else "%00root"
+    return ArrayStorage(node, spec.shape, spec.dtype, shard, chunk)
+
+
+def _owners(spec: TensorSpec) -> dict[int, tuple[int, ...]]:
+    """For each distinct non-empty block: its lowest holder's position -> the shard index."""
+    starts, stops = device_bounds(spec.shape, spec.mesh.shape, spec.layout.dim_axes)
+    if spec.shape and not np.all(stops > starts, axis=1).any():
+        return {}
+    _, first = np.unique(starts, axis=0, return_index=True) if spec.shape else (None, np.array([0]))
+    shard = _block_shape(spec.shape, spec.layout)
+    out = {}
+    for p in sorted(first.tolist()):
+        if spec.shape and not np.all(stops[p] > starts[p]):
+            continue
+        out[p] = tuple(int(a) // s for a, s in zip(starts[p].tolist(), shard, strict=True))
+    return out
+
+
+# -- save --------------------------------------------------------------------------------------
+def save(
+    path: str | os.PathLike[str],
+    tree: Any,
+    *,
+    read_layouts: Any = None,
+    overwrite: bool = False,
+    sync: bool = False,
+) -> CheckpointInfo:
+    """Save a tree of distributed tensors (any driver), Variables, arrays and numbers.
+
+    Args:
+        path: the checkpoint directory to create.
+        tree: dicts, lists, tuples and namedtuples of leaves; paths are keys joined by ``/``.
+        read_layouts: the layouts it will be loaded under (a ``LayoutMap``, a mapping
+            path -> ``Layout``, or a list of them); the inner chunks refine each of them, so
+            such a load reads whole chunks only.
+        overwrite: replace an existing checkpoint atomically (readers see the old or the new).
+        sync: ``fsync`` every file before the commit (durable across power loss; slower).
+
+    Every distinct block is written once, by the process holding its lowest-numbered replica,
+    from that device's local component; nothing is gathered. The checkpoint appears at ``path``
+    by one ``rename`` after everything is written, so a reader (or a save killed halfway)
+    never leaves a partial checkpoint at ``path``.
+
+    Raises:
+        CheckpointError: ``path`` exists and ``overwrite`` is false, or a leaf is not an array.
+    """
+    target = os.path.abspath(os.fspath(path))
+    if os.path.exists(target) and not overwrite:
+        raise CheckpointError(
+            f"Checkpoint {target} already exists; pass overwrite=True to replace it.", path=target, file=None
+        )
+    leaves: list[tuple[str, Any]] = []
+    structure = _walk(tree, leaves)
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
+    os.makedirs(tmp)
+    try:
+        entries, files, total = {}, [], 0
+        groups: set[str] = set()
+        for leaf_path, value in leaves:
+            leaf = _leaf(leaf_path, value)
+            spec = leaf.spec
+            storage = _storage(leaf_path, spec, read_layouts)
+            owners = _owners(spec)
+            local = {p: i for i, p in enumerate(leaf.positions)}
+            for p, index in owners.items():
+                if p in local:
+                    block = _host_component(leaf, leaf.components[local[p]])
+                    write_shard(tmp, storage, index, block)
+                files.append(storage.shard_file(index))
+            total += spec.nbytes
+            parts = storage.node.split("/")
+            for i in range(1, len(parts)):
+                groups.add("/".join(parts[:i]))
+            node_dir = os.path.join(tmp, storage.node)
+            os.makedirs(node_dir, exist_ok=True)
+            attrs = {"layoutcore": {"dtype": spec.dtype, "path": leaf_path, "spec": spec.to_dict()}}
+            write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
+            files.append(storage.node + "/zarr.json")
+            entries[leaf_path] = {
+                "chunk": list(storage.chunk),
+                "node": storage.node,
+                "plain": leaf.plain,
+                "shard": list(storage.shard),
+                "spec": spec.to_dict(),
+                "storage_dtype": storage_dtype(spec.dtype),
+            }
+        for g in sorted(groups):
+            write_json(os.path.join(tmp, g, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": {}})
+            files.append(g + "/zarr.json")
+        root_attrs = {"layoutcore": {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}}
+        write_json(os.path.join(tmp, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": root_attrs})
+        files += ["zarr.json", META]
+        meta = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "tensors": entries,
+            "total_bytes": total,
+            "tree": structure,
+            "files": sorted(files),
+        }
+        if sync:
+            _fsync_tree(tmp)
+        # the marker: a directory without layoutcore.json is not a checkpoint
+        write_json(os.path.join(tmp, META), meta)
+        if sync:
+            _fsync_path(os.path.join(tmp, META))
+            _fsync_path(tmp)
+        _commit(tmp, target)
+        if sync:
+            _fsync_path(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _info_from_meta(target, meta)
+
+
+def _fsync_path(p: str) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for f in filenames:
+            _fsync_path(os.path.join(dirpath, f))
+        _fsync_path(dirpath)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unavailable."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    res = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return bool(res == 0)
+
+
+def _commit(tmp: str, target: str) -> None:
+    try:
+        os.rename(tmp, target)  # fails if target exists and is not an empty directory
+        return
+    except OSError:
+        if not os.path.isdir(target):
+            raise
+    if _exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old checkpoint
+        return
+    old = f"{tmp}.old"
+    os.rename(target, old)  # without an atomic exchange: a short window with no checkpoint
+    os.rename(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# -- metadata ----------------------------------------------------------------------------------
+def _foreign(path: str) -> Any:
+    """The opened foreign checkpoint (torch DCP, Orbax, safetensors) at ``path``, or ``None``."""
+    if os.path.isfile(os.path.join(path, META)):
+        return None
+    from . import _foreign as foreign
+
+    if foreign.detect(path) is None:
+        return None
+    return foreign.open_foreign(path)
+
+
+def _read_meta(path: str) -> tuple[dict[str, Any], int]:
+    file = os.path.join(path, META)
+    if not os.path.exists(path):
+        raise CheckpointError(f"No checkpoint at {path}: the directory does not exist.", path=path)
+    try:
+        with open(file, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path} is not a layoutcore checkpoint, or an incomplete one: {META} is missing.", path=path, file=META
+        ) from None
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise CheckpointError(f"Checkpoint {path}: {META} is corrupt ({exc}).", path=path, file=META) from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"Checkpoint {path}: {META} is not a {FORMAT_NAME} file.", path=path, file=META)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"Checkpoint {path} has format version {meta.get('format_version')!r}; this layoutcore reads "
+            f"version {FORMAT_VERSION}.",
+            path=path,
+            file=META,
+        )
+    return meta, len(raw)
+
+
+def _info_from_meta(path: str, meta: Mapping[str, Any]) -> CheckpointInfo:
+    try:
+        tensors = {p: TensorSpec.from_dict(e["spec"]) for p, e in meta["tensors"].items()}
+        chunks = {p: tuple(e["chunk"]) for p, e in meta["tensors"].items()}
+        plain = frozenset(p for p, e in meta["tensors"].items() if e.get("plain"))
+    except (KeyError, TypeError, LayoutError) as exc:
+        raise CheckpointError(f"Checkpoint {path}: {META} is corrupt ({exc!r}).", path=path, file=META) from exc
+    return CheckpointInfo(
+        path, tensors, int(meta["total_bytes"]), tuple(meta["files"]), int(meta["format_version"]), chunks, plain
+    )
+
+
+def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """What the checkpoint at ``path`` holds (metadata only; no tensor data is read).
+
+    Raises:
+        CheckpointError: no checkpoint there, an incomplete one, or an unknown format/version.
+    """
+    target = os.path.abspath(os.fspath(path))
+    foreign = _foreign(target)
+    if foreign is not None:
+        from ._foreign import inspect as foreign_inspect
+
+        return foreign_inspect(foreign)  # type: ignore[no-any-return]
+    meta, _ = _read_meta(target)
+    return _info_from_meta(target, meta)
+
+
+def _stored(path: str, entry: Mapping[str, Any], spec: TensorSpec) -> StoredTensor:
+    storage = ArrayStorage(entry["node"], spec.shape, spec.dtype, tuple(entry["shard"]), tuple(entry["chunk"]))
+    return storage.stored_tensor(path)
+
+
+# -- targets -----------------------------------------------------------------------------------
+def _flat_target(target: Any, saved: Mapping[str, TensorSpec]) -> dict[str, Any]:
+    """path -> target leaf (Layout, TensorSpec or distributed tensor) for the target forms."""
+    if target is None:
+        return {}
+    if isinstance(target, LayoutMap):
+        return {p: target.layout_for(p, s.shape, kind="tensor") for p, s in saved.items()}
+    flat: list[tuple[str, Any]] = []
+    _walk(target, flat)
+    out = dict(flat)
+    if isinstance(target, Mapping):  # a flat mapping path -> Layout / TensorSpec
+        for key, value in target.items():
+            if isinstance(key, str) and key in saved:
+                out[key] = value
+    return out
+
+
+def _target_layout(path: str, saved: TensorSpec, want: Any) -> Layout:
+    if want is None:
+        return saved.layout
+    if isinstance(want, TensorSpec):
+        if want.shape != saved.shape or want.dtype != saved.dtype:
+            raise LayoutMismatchError(
+                f"checkpoint.load: tensor {path!r} was saved with shape {saved.shape} and dtype {saved.dtype}; "
+                f"the target TensorSpec has shape {want.shape} and dtype {want.dtype}.",
+                expected=want,
+                actual=saved,
+            )
+        return want.layout
+    if isinstance(want, Layout):
+        if want.mesh is None:
+            raise LayoutError(f"checkpoint.load: the target layout for {path!r} has no mesh: {want!r}", value=want)
+        if want.rank != len(saved.shape):
+            raise LayoutMismatchError(
+                f"checkpoint.load: tensor {path!r} has rank {len(saved.shape)} (shape {saved.shape}); the target "
+                f"layout {want} has rank {want.rank}.",
+                expected=want,
+                actual=saved,
+            )
+        return want
+    # a distributed tensor (or Variable): its layout; its shape must match
+    from ..driver._frontend import HoldsValue
+    from ..driver._registry import driver_for
+
+    value = want.value if isinstance(want, HoldsValue) else want
+    drv = driver_for(value)
+    layout = drv.fetch_layout(value)
+    shape = drv.shape_of(value)
+    if tuple(shape) != saved.shape:
+        raise LayoutMismatchError(
+            f"checkpoint.load: tensor {path!r} was saved with shape {saved.shape}; the target tensor has shape {shape}.",
+            expected=shape,
+            actual=saved.shape,
+        )
+    return layout
+
+
+def _positions(layout: Layout, process_devices: Any, driver: Any) -> list[int]:
+    mesh = layout.mesh
+    assert mesh is not None
+    if driver is not None:
+        return list(driver.local_positions(mesh, driver.bind_mesh(mesh)))
+    if process_devices is None:
+        return list(range(mesh.size))
+    out = []
+    for d in process_devices:
+        if isinstance(d, str):
+            if mesh.devices is not None and d in mesh.devices:
+                out.append(mesh.devices.index(d))
+            elif mesh.devices is None and d.rsplit(":", 1)[-1].isdigit() and int(d.rsplit(":", 1)[-1]) < mesh.size:
+                out.append(int(d.rsplit(":", 1)[-1]))
+        elif 0 <= int(d) < mesh.size:
+            out.append(int(d))
+    return sorted(set(out))
+
+
+@dataclass(slots=True)
+class _TensorLoad:
+    path: str
+    saved: TensorSpec
+    layout: Layout
+    positions: list[int]
+    box_of: list[int]  # per position: index into reads.boxes
+    reads: TensorReads
+
+
+def _plan_all(
+    path: str,
+    target: Any,
+    *,
+    process_devices: Any = None,
+    driver: Any = None,
+    granularity: str = "exact",
+) -> tuple[dict[str, Any], list[_TensorLoad], int]:
+    meta, meta_bytes = _read_meta(path)
+    info = _info_from_meta(path, meta)
+    wanted = _flat_target(target, info.tensors)
+    plans = []
+    for p, saved in info.tensors.items():
+        layout = _target_layout(p, saved, wanted.get(p))
+        positions = _positions(layout, process_devices, driver)
+        spec = TensorSpec(saved.shape, saved.dtype, layout)
+        starts, stops = device_bounds(spec.shape, spec.mesh.shape, spec.layout.dim_axes)
+        boxes = [(tuple(starts[q].tolist()), tuple((stops[q] - starts[q]).tolist())) for q in positions]
+        index: dict[Any, int] = {}
+        box_of = [index.setdefault(b, len(index)) for b in boxes]
+        stored = _stored(p, meta["tensors"][p], saved)
+        reads = plan_tensor(stored, list(index), granularity=granularity)  # type: ignore[arg-type]
+        plans.append(_TensorLoad(p, saved, layout, positions, box_of, reads))
+    return meta, plans, meta_bytes
+
+
+def read_plan(
+    path: str | os.PathLike[str],
+    target: Any = None,
+    *,
+    process_devices: Iterable[int | str] | None = None,
+    granularity: str = "exact",
+) -> ReadPlan:
+    """The byte ranges a load under ``target`` reads, from metadata only.
+
+    Args:
+        path: the checkpoint.
+        target: as :func:`load` (``None``: the saved layouts).
+        process_devices: the devices of one process, as mesh positions (row-major) or device
+            names; default all (a single-process load).
+        granularity: ``"exact"`` (layoutcore's reader) or ``"piece"``: what a reader that reads
+            whole inner chunks (TensorStore, zarr-python, Orbax) would read.
+
+    Raises:
+        CheckpointError: as :func:`inspect`. LayoutMismatchError: a ``TensorSpec`` target of
+            another shape or dtype.
+    """
+    target_path = os.path.abspath(os.fspath(path))
+    devices = None if process_devices is None else list(process_devices)
+    foreign = _foreign(target_path)
+    if foreign is not None:
+        from ._foreign import read_plan as foreign_plan
+
+        return foreign_plan(foreign, target, process_devices=devices)  # type: ignore[no-any-return]
+    _, plans, meta_bytes = _plan_all(target_path, target, process_devices=devices, granularity=granularity)
+    per_file: dict[str, list[np.ndarray[Any, Any]]] = {}
+    tensors = {}
+    floor = 0
+    for tl in plans:
+        floor += tl.reads.floor_bytes
+        tread = 0
+        for pr in tl.reads.pieces:
+            f = tl.reads.tensor.pieces[pr.piece].file
+            per_file.setdefault(f, []).append(pr.runs)
+            tread += int(pr.runs[:, 1].sum())
+        tensors[tl.path] = (tread, tl.reads.floor_bytes)
+    reads: list[tuple[str, int, int]] = []
+    total = 0
+    for f in sorted(per_file):
+        merged = merge_ranges(np.concatenate(per_file[f]))
+        total += int(merged[:, 1].sum())
+        reads.extend((f, int(o), int(n)) for o, n in merged.tolist())
+    amp = total / floor if floor else 1.0
+    return ReadPlan(tuple(reads), total, floor, amp, meta_bytes, tensors)
+
+
+# -- load --------------------------------------------------------------------------------------
+def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None) -> Any:
+    """Load a checkpoint into distributed tensors of the selected driver.
+
+    Args:
+        path: the checkpoint directory.
+        target: a ``LayoutMap`` (its ``on_missing`` applies), a mapping path -> ``Layout`` /
+            ``TensorSpec``, a tree of the saved structure whose leaves are ``Layout``s,
+            ``TensorSpec``s or distributed tensors (their layouts; never modified), or
+            ``None`` (each tensor on its saved layout; plain arrays replicated on one device).
+        driver: the driver name or object (default: the active driver).
+
+    Each process reads only the byte ranges its local devices need, each byte once, and checks
+    the CRC-32C of every inner chunk it reads whole.
+
+    Returns:
+        The saved tree structure with each leaf a distributed tensor of the driver.
+
+    Raises:
+        CheckpointError: a missing, incomplete or corrupt checkpoint (naming the file and tensor).
+        LayoutMismatchError: a ``TensorSpec`` target of another shape or dtype (naming the path).
+        UnsupportedLayoutError: the driver cannot express a target layout.
+    """
+    from ..driver._registry import get_driver
+
+    target_path = os.path.abspath(os.fspath(path))
+    foreign = _foreign(target_path)
+    if foreign is not None:
+        from ._foreign import load as foreign_load
+
+        return foreign_load(foreign, target, driver=driver)
+    drv = get_driver(driver)
+    meta, plans, _ = _plan_all(target_path, target, driver=drv)
+    values: dict[str, Any] = {}
+    fds: dict[str, int] = {}
+    try:
+        for tl in plans:
+            dtype = numpy_dtype(tl.saved.dtype)
+            outs = [np.empty(sizes, dtype=dtype) for _, sizes in tl.reads.boxes]
+            read_boxes(target_path, tl.reads, outs, checkpoint=target_path, fds=fds)
+            used: set[int] = set()
+            components = []
+            for b in tl.box_of:
+                # replicas get their own copy: a driver may keep the array, and must own each rank's storage
+                components.append(outs[b] if b not in used else outs[b].copy())
+                used.add(b)
+            values[tl.path] = drv.pack(components, tl.layout, global_shape=tl.saved.shape)
+    finally:
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return _rebuild(meta["tree"], values)

@@ -1,0 +1,431 @@
+"""The format-neutral read core: stored pieces in, byte ranges out (pure Python + NumPy).
+
+Any checkpoint format whose tensors are stored as uncompressed, C-order boxes at byte offsets
+of files maps onto this module: layoutcore's own zarr shards (one piece per inner chunk), torch
+DCP (one piece per ``ChunkStorageMetadata`` item of a ``.distcp`` file, when the item is a raw
+tensor), safetensors (one piece per tensor, the whole tensor) and Orbax/TensorStore zarr
+arrays stored without compression.
+
+Vocabulary:
+
+* :class:`StoredPiece` -- a box ``(start, shape)`` in global coordinates, stored C-order at
+  ``offset`` of ``file``. The stored ``shape`` may reach past the tensor's edge (zarr edge chunks
+  are padded); only the part inside the tensor is ever read. ``crc32c_at`` says where a 4-byte
+  little-endian CRC-32C of the piece's bytes is stored (zarr's ``crc32c`` codec puts it right
+  after the data); it is read, and checked, only when the whole piece is read.
+* :class:`StoredTensor` -- one tensor: its global shape, dtype name and its pieces (disjoint).
+* A *needed box* -- ``(offsets, sizes)`` that a device must hold (``TensorSpec.boxes()``).
+
+:func:`plan_tensor` intersects the distinct needed boxes with the pieces and gives, per piece,
+the exact byte runs to read (the C-order runs of each intersection: the trailing axes the
+intersection covers whole make one run). :func:`merge_ranges` unions runs per file, so a
+process reads each byte at most once, and the totals give
+
+* ``floor_bytes`` -- each distinct needed element once, times the item size;
+* ``read_bytes`` -- the union of the runs (plus checksums of pieces read whole);
+* ``amplification`` -- ``read_bytes / floor_bytes`` (1.0 when nothing is needed).
+
+With ``granularity="piece"`` every touched piece is read whole, which is what a reader that
+decodes whole chunks (TensorStore, Orbax, torch DCP's ``torch.load`` of each item) reads: the
+planner then predicts *their* bytes, for comparison.
+
+A foreign reader (DCP, safetensors, ...) builds ``StoredTensor``s from its metadata and calls
+:func:`plan_tensor` / :func:`merge_ranges`, or :func:`read_boxes` to fill NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .._dtypes import itemsize as _itemsize
+from .._dtypes import numpy_dtype
+from .._errors import CheckpointError
+
+__all__ = [
+    "Box",
+    "PieceReads",
+    "StoredPiece",
+    "StoredTensor",
+    "TensorReads",
+    "merge_ranges",
+    "plan_tensor",
+    "read_boxes",
+]
+
+Box = tuple[tuple[int, ...], tuple[int, ...]]
+Granularity = Literal["exact", "piece"]
+
+CRC_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPiece:
+    """A box of a tensor stored C-order, uncompressed, at a byte offset of a file.
+
+    Attributes:
+        file: the file, relative to the checkpoint root (or absolute).
+        offset: byte offset of the box's first element in ``file``.
+        start: the box's offsets in global coordinates, one per tensor axis.
+        shape: the stored box's shape (may reach past the tensor's edge; padding is never read).
+        crc32c_at: byte offset of a 4-byte little-endian CRC-32C of all ``prod(shape) *
+            itemsize`` bytes, or ``None`` when the format stores none.
+    """
+
+    file: str
+    offset: int
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
+    crc32c_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTensor:
+    """One stored tensor: global ``shape``, canonical ``dtype`` name, and disjoint ``pieces``."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    pieces: tuple[StoredPiece, ...]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _itemsize(self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class PieceReads:
+    """What to read from one piece.
+
+    Attributes:
+        piece: index into ``StoredTensor.pieces``.
+        runs: ``(n, 2)`` int64 array of ``(file offset, length)``, sorted, disjoint.
+        whole: whether the whole piece is read (its checksum, if any, is then read and checked).
+        copies: ``(box index, intersection start, intersection stop)`` per needed box it serves.
+    """
+
+    piece: int
+    runs: np.ndarray[Any, Any]
+    whole: bool
+    copies: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorReads:
+    """The reads of one tensor for a set of needed boxes."""
+
+    tensor: StoredTensor
+    boxes: tuple[Box, ...]
+    pieces: tuple[PieceReads, ...]
+    floor_bytes: int
+    uncovered: tuple[int, ...] = field(default=())
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes this tensor reads (runs plus checksums), before merging with other tensors."""
+        total = 0
+        for p in self.pieces:
+            total += int(p.runs[:, 1].sum()) if len(p.runs) else 0
+        return total
+
+
+def _c_runs(
+    piece_shape: Sequence[int], rel_start: Sequence[int], sizes: Sequence[int], base: int, item: int
+) -> np.ndarray[Any, Any]:
+    """C-order byte runs ``(offset, length)`` of the sub-box ``rel_start + sizes`` of a stored piece."""
+    rank = len(piece_shape)
+    if rank == 0:
+        return np.array([[base, item]], dtype=np.int64)
+    if any(s == 0 for s in sizes):
+        return np.zeros((0, 2), dtype=np.int64)
+    # k: the last axis not covered whole; axes after it are contiguous with it.
+    k = rank - 1
+    while k > 0 and sizes[k] == piece_shape[k] and rel_start[k] == 0:
+        k -= 1
+    strides = [item] * rank
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * piece_shape[d + 1]
+    run_len = sizes[k] * strides[k]
+    first = base + sum(r * s for r, s in zip(rel_start, strides, strict=True))
+    if k == 0:
+        return np.array([[first, run_len]], dtype=np.int64)
+    offsets = np.zeros(1, dtype=np.int64) + first
+    for d in range(k):
+        steps = np.arange(sizes[d], dtype=np.int64) * strides[d]
+        offsets = (offsets[:, None] + steps[None, :]).reshape(-1)
+    out = np.empty((offsets.size, 2), dtype=np.int64)
+    out[:, 0] = offsets
+    out[:, 1] = run_len
+    return out
+
+
+def merge_ranges(runs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Union of ``(offset, length)`` ranges: sorted, overlapping and touching ranges joined."""
+    if len(runs) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.argsort(runs[:, 0], kind="stable")
+    starts = runs[order, 0]
+    ends = starts + runs[order, 1]
+    reach = np.maximum.accumulate(ends)
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    g_start = starts[new]
+    g_end = np.zeros(len(g_start), dtype=np.int64)
+    np.maximum.at(g_end, group, ends)
+    out = np.empty((len(g_start), 2), dtype=np.int64)
+    out[:, 0] = g_start
+    out[:, 1] = g_end - g_start
+    return out
+
+
+def _distinct_boxes(boxes: Iterable[Box]) -> tuple[Box, ...]:
+    seen: dict[Box, None] = {}
+    for box in boxes:
+        seen.setdefault((tuple(box[0]), tuple(box[1])), None)
+    return tuple(seen)
+
+
+def plan_tensor(tensor: StoredTensor, boxes: Iterable[Box], *, granularity: Granularity = "exact") -> TensorReads:
+    """The byte runs that give every needed box of ``tensor``, each byte once.
+
+    Args:
+        tensor: the stored tensor.
+        boxes: the boxes the process's devices need (duplicates, e.g. replicas, count once).
+        granularity: ``"exact"`` reads only the needed runs; ``"piece"`` reads every touched
+            piece whole (what whole-chunk readers do).
+
+    Returns:
+        TensorReads; ``uncovered`` lists the needed boxes that the pieces do not cover entirely
+        (a loader must refuse them: the data is not in the checkpoint).
+    """
+    needed = _distinct_boxes(boxes)
+    item = tensor.itemsize
+    rank = len(tensor.shape)
+    floor = sum(math.prod(sizes) for _, sizes in needed) * item
+    if not tensor.pieces or not needed:
+        return TensorReads(tensor, needed, (), floor, tuple(i for i, b in enumerate(needed) if math.prod(b[1])))
+    p_start = np.array([p.start for p in tensor.pieces], dtype=np.int64).reshape(len(tensor.pieces), rank)
+    p_shape = np.array([p.shape for p in tensor.pieces], dtype=np.int64).reshape(len(tensor.pieces), rank)
+    limit = np.array(tensor.shape, dtype=np.int64)
+    p_stop = np.minimum(p_start + p_shape, limit)
+    per_piece: dict[int, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
+    covered = np.zeros(len(needed), dtype=np.int64)
+    for b, (offsets, sizes) in enumerate(needed):
+        if math.prod(sizes) == 0:
+            continue
+        lo = np.maximum(p_start, np.array(offsets, dtype=np.int64))
+        hi = np.minimum(p_stop, np.array(offsets, dtype=np.int64) + np.array(sizes, dtype=np.int64))
+        hit = np.nonzero(np.all(hi > lo, axis=1))[0] if rank else np.arange(len(tensor.pieces))
+        for j in hit.tolist():
+            a, z = tuple(lo[j].tolist()), tuple(hi[j].tolist())
+            covered[b] += math.prod(e - s for s, e in zip(a, z, strict=True))
+            per_piece.setdefault(j, []).append((b, a, z))
+    uncovered = tuple(b for b, (_, sizes) in enumerate(needed) if covered[b] < math.prod(sizes))
+    out: list[PieceReads] = []
+    for j in sorted(per_piece):
+        piece, copies = tensor.pieces[j], per_piece[j]
+        if granularity == "piece":
+            runs = _c_runs(piece.shape, (0,) * rank, piece.shape, piece.offset, item)
+        else:
+            parts = [
+                _c_runs(
+                    piece.shape,
+                    tuple(s - ps for s, ps in zip(a, piece.start, strict=True)),
+                    tuple(e - s for s, e in zip(a, z, strict=True)),
+                    piece.offset,
+                    item,
+                )
+                for _, a, z in copies
+            ]
+            runs = parts[0] if len(parts) == 1 else merge_ranges(np.concatenate(parts))
+        whole = _covers_whole_piece(runs, piece, item)
+        if whole and piece.crc32c_at is not None:
+            runs = merge_ranges(np.concatenate([runs, np.array([[piece.crc32c_at, CRC_BYTES]], dtype=np.int64)]))
+        out.append(PieceReads(j, runs, whole, tuple(copies)))
+    return TensorReads(tensor, needed, tuple(out), floor, uncovered)
+
+
+def _covers_whole_piece(runs: np.ndarray[Any, Any], piece: StoredPiece, item: int) -> bool:
+    nbytes = math.prod(piece.shape) * item
+    return len(runs) == 1 and int(runs[0, 0]) == piece.offset and int(runs[0, 1]) == nbytes
+
+
+def read_boxes(
+    root: str,
+    reads: TensorReads,
+    out: Sequence[np.ndarray[Any, Any]],
+    *,
+    checkpoint: str | None = None,
+    fds: dict[str, int] | None = None,
+) -> None:
+    """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
+
+    Each piece's runs are read with ``os.preadv`` into one buffer spanning them (or straight
+    into the destination when the piece maps onto a contiguous part of it), so the bytes read
+    are exactly ``reads.read_bytes``. Checksums of pieces read whole are verified.
+
+    Raises:
+        CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
+            piece holds; the message names the tensor path and the file.
+    """
+    tensor, item = reads.tensor, reads.tensor.itemsize
+    name = checkpoint or root
+    if reads.uncovered:
+        box = reads.boxes[reads.uncovered[0]]
+        raise CheckpointError(
+            f"Checkpoint {name}: tensor {tensor.path!r} has no stored data for the box {box} (offsets, sizes); "
+            "the checkpoint is incomplete.",
+            path=name,
+            tensor=tensor.path,
+        )
+    dtype = numpy_dtype(tensor.dtype)
+    own = fds is None
+    opened: dict[str, int] = {} if fds is None else fds
+    try:
+        for pr in reads.pieces:
+            piece = tensor.pieces[pr.piece]
+            fd = _open(root, piece.file, opened, name, tensor.path)
+            runs = pr.runs
+            span_lo = int(runs[0, 0])
+            span_hi = int(runs[-1, 0] + runs[-1, 1])
+            direct = _direct_target(pr, piece, reads, out, item)
+            if direct is not None:
+                buf = direct
+                tail = np.empty(CRC_BYTES, dtype=np.uint8) if pr.whole and piece.crc32c_at is not None else None
+                views = [buf] if tail is None else [buf, tail]
+                _preadv_all(fd, views, span_lo, span_hi - span_lo, name, piece.file, tensor.path)
+                if tail is not None:
+                    _check_crc(buf, tail, name, piece.file, tensor.path)
+                continue
+            buf = np.empty(span_hi - span_lo, dtype=np.uint8)
+            for off, length in runs.tolist():
+                _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, piece.file, tensor.path)
+            nbytes = math.prod(piece.shape) * item
+            if pr.whole and piece.crc32c_at is not None:
+                data = buf[piece.offset - span_lo : piece.offset - span_lo + nbytes]
+                crc = buf[piece.crc32c_at - span_lo : piece.crc32c_at - span_lo + CRC_BYTES]
+                _check_crc(data, crc, name, piece.file, tensor.path)
+            strides = _strides(piece.shape, item)
+            for b, a, z in pr.copies:
+                rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
+                first = piece.offset + sum(r * s for r, s in zip(rel, strides, strict=True)) - span_lo
+                sizes = tuple(e - s for s, e in zip(a, z, strict=True))
+                src = np.ndarray(sizes, dtype=dtype, buffer=buf, offset=first, strides=strides)
+                box_off = reads.boxes[b][0]
+                dst = out[b][tuple(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True))]
+                np.copyto(dst, src, casting="no")
+    finally:
+        if own:
+            for fd in opened.values():
+                os.close(fd)
+
+
+def _strides(shape: Sequence[int], item: int) -> tuple[int, ...]:
+    strides = [item] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def _direct_target(
+    pr: PieceReads, piece: StoredPiece, reads: TensorReads, out: Sequence[np.ndarray[Any, Any]], item: int
+) -> np.ndarray[Any, Any] | None:
+    """A uint8 view of the destination when one contiguous run lands on a contiguous part of it."""
+    data_runs = pr.runs
+    if len(pr.copies) != 1:
+        return None
+    b, a, z = pr.copies[0]
+    want = math.prod(e - s for s, e in zip(a, z, strict=True)) * item
+    # the runs must be a single range of exactly the needed bytes (plus an adjacent checksum)
+    total = int(data_runs[:, 1].sum())
+    extra = CRC_BYTES if pr.whole and piece.crc32c_at is not None else 0
+    if len(data_runs) != 1 or total != want + extra:
+        return None
+    if extra and piece.crc32c_at != piece.offset + want:
+        return None
+    dst = out[b]
+    box_off, box_sizes = reads.boxes[b]
+    sizes = tuple(e - s for s, e in zip(a, z, strict=True))
+    rel = tuple(s - o for s, o in zip(a, box_off, strict=True))
+    # contiguous in the destination: after the first axis that is not 1, all axes are whole
+    rank = len(sizes)
+    k = 0
+    while k < rank and sizes[k] == 1:
+        k += 1
+    if any(sizes[d] != box_sizes[d] for d in range(k + 1, rank)):
+        return None
+    flat = dst.reshape(-1).view(np.uint8)
+    start = sum(r * s for r, s in zip(rel, _strides(box_sizes, item), strict=True))
+    return flat[start : start + want]
+
+
+def _open(root: str, file: str, opened: dict[str, int], name: str, tensor: str) -> int:
+    fd = opened.get(file)
+    if fd is None:
+        full = file if os.path.isabs(file) else os.path.join(root, file)
+        try:
+            fd = os.open(full, os.O_RDONLY)
+        except OSError as exc:
+            raise CheckpointError(
+                f"Checkpoint {name}: tensor {tensor!r}: file {file!r} cannot be opened ({exc.strerror}); "
+                "the checkpoint is incomplete or damaged.",
+                path=name,
+                file=file,
+                tensor=tensor,
+            ) from exc
+        opened[file] = fd
+    return fd
+
+
+def _short_read(name: str, file: str, tensor: str, offset: int, want: int, got: int) -> CheckpointError:
+    return CheckpointError(
+        f"Checkpoint {name}: tensor {tensor!r}: file {file!r} is truncated (wanted {want} bytes at offset "
+        f"{offset}, got {got}).",
+        path=name,
+        file=file,
+        tensor=tensor,
+    )
+
+
+def _pread_into(fd: int, view: np.ndarray[Any, Any], offset: int, name: str, file: str, tensor: str) -> None:
+    _preadv_all(fd, [view], offset, view.nbytes, name, file, tensor)
+
+
+def _preadv_all(
+    fd: int, views: list[np.ndarray[Any, Any]], offset: int, want: int, name: str, file: str, tensor: str
+) -> None:
+    mvs = [memoryview(v).cast("B") for v in views]
+    done = 0
+    while done < want:
+        # skip the buffers already filled by a short read
+        skip, bufs = done, []
+        for mv in mvs:
+            if skip >= len(mv):
+                skip -= len(mv)
+                continue
+            bufs.append(mv[skip:])
+            skip = 0
+        got = os.preadv(fd, bufs, offset + done)
+        if got == 0:
+            raise _short_read(name, file, tensor, offset, want, done)
+        done += got
+
+
+def _check_crc(data: np.ndarray[Any, Any], crc: np.ndarray[Any, Any], name: str, file: str, tensor: str) -> None:
+    from ._crc import crc32c
+
+    stored = int.from_bytes(bytes(crc), "little")
+    if crc32c(data) != stored:
+        raise CheckpointError(
+            f"Checkpoint {name}: tensor {tensor!r}: checksum mismatch in file {file!r}; the data is corrupt.",
+            path=name,
+            file=file,
+            tensor=tensor,
+        )
