@@ -34,6 +34,9 @@ class Capability(enum.StrEnum):
     #: ``torch.compile`` fakes): ``distribute_tensor``/``relayout`` apply the layout as a sharding
     #: constraint and ``fetch_layout`` reads it where the framework knows it (DESIGN §2a).
     TRACED = "traced"
+    #: ``relayout`` of a distributed (not traced) value moves exactly ``relayout_plan``'s
+    #: ``floor_bytes`` between devices, counted by the conformance suite (``test_relayout_floor``).
+    RELAYOUT_AT_FLOOR = "relayout_at_floor"
 
 
 def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> Mapping[Capability, str]:

@@ -337,8 +337,8 @@ def relayout_at_floor(
     where ``device_put`` already moves that (see the module docstring)."""
     import jax
 
-    if driver._multiprocess or math.prod(tensor.shape) == 0:
-        return None
+    if driver._multiprocess or tensor.ndim == 0 or math.prod(tensor.shape) == 0:
+        return None  # across processes, and for scalars (one element) and empty arrays: device_put
     shape = tuple(int(s) for s in tensor.shape)
     source = driver.native_fetch_layout(tensor)
     target_mesh: Mesh = layout.mesh  # type: ignore[assignment]

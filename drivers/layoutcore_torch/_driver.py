@@ -31,7 +31,10 @@ is called:
   on plain inputs under ``LocalTensorMode`` and has no uneven semantics we can match.
 * ``uneven_multi_axis``: torch chunks level by level (5 over 2x2 -> 2,1,1,1), the contract
   flat over the product (2,2,1,0).
-* ``relayout_across_meshes``: ``redistribute`` works within one ``DeviceMesh``.
+
+Relayout runs ``DTensor.redistribute`` where torch's own plan moves the physical floor, and
+``relayout_plan``'s transfers as one ``all_to_all_single`` elsewhere and across meshes
+(:mod:`._relayout`).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from layoutcore import (
     UnsupportedLayoutError,
 )
 
-from . import _convert, _factories, _private
+from . import _convert, _factories, _private, _relayout
 from ._mode import ProcessGroupMode, World, warn_if_untested
 
 __all__ = ["TorchDriver"]
@@ -61,7 +64,7 @@ class TorchDriver(Driver):
     """layoutcore on ``torch.distributed.tensor`` (see the module docstring for the two modes)."""
 
     name = "torch"
-    capabilities = frozenset({Capability.UNEVEN, Capability.MULTI_AXIS})
+    capabilities = frozenset({Capability.UNEVEN, Capability.MULTI_AXIS, Capability.RELAYOUT_ACROSS_MESHES})
     requires = ("torch",)
     install_hint = "pip install 'layoutcore[torch]'"
     conformance_adapter = "layoutcore_torch._conformance:TorchAdapter"
@@ -212,13 +215,18 @@ class TorchDriver(Driver):
         return self._from_local(shards, layout, global_shape, next(iter(shards.values())))
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
-        """``DTensor.redistribute``, which also reduces pending sums (``Partial``) into ``layout``."""
+        """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,
+        ``Partial``, into ``layout``); elsewhere, and across meshes, ``relayout_plan``'s transfers in one
+        ``all_to_all_single`` (:mod:`._relayout`)."""
         mesh: Mesh = layout.mesh  # type: ignore[assignment]
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
         same = tensor.device_mesh is device_mesh and tuple(tensor.placements) == placements
         if same and self.recorded_layout(tensor) == layout:
             return tensor  # already laid out so, on this very Mesh
+        planned = None if same else _relayout.relayout_at_floor(self, tensor, layout, devices)
+        if planned is not None:
+            return planned
         with self.spmd(mesh.size):
             moved = tensor.redistribute(device_mesh, placements)
             if moved is tensor:  # the same placements on an equal DeviceMesh, but another Layout: a new object
