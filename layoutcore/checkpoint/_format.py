@@ -55,8 +55,9 @@ FORMAT_NAME = "layoutcore.checkpoint"
 FORMAT_VERSION = 1
 #: Inner chunks smaller than this are grown (along trailing axes) so tiny refinements do not
 #: make millions of chunks. layoutcore's own reader still reads only the needed bytes inside a
-#: chunk; only whole-chunk readers (TensorStore, zarr-python) then read more.
-MIN_CHUNK_BYTES = 1 << 16
+#: chunk; only whole-chunk readers (TensorStore, zarr-python) then read more. One page: a smaller
+#: chunk would cost a syscall per less-than-a-page run, and tiny chunks rarely matter in bytes.
+MIN_CHUNK_BYTES = 1 << 12
 MISSING = 2**64 - 1
 _INDEX_ENTRY = 16
 

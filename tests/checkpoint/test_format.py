@@ -1,0 +1,153 @@
+"""The files: TensorStore and zarr-python open every array without layoutcore; damage is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import layoutcore as lc
+from layoutcore import CheckpointError, Layout, Mesh, checkpoint
+from layoutcore._dtypes import ALL_DTYPES, as_bits, int_view_dtype, numpy_dtype
+
+MESH8 = Mesh((8,), ("x",))
+BITS_ONLY = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+
+
+def _value(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = numpy_dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    return (raw % 2 if dtype == "bool" else raw).view(dt).reshape(shape)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    """Every dtype; even, uneven, multi-axis, replicated, 0-d and empty tensors; declared read layouts."""
+    path = tmp_path_factory.mktemp("fmt") / "ckpt"
+    oracle: dict[str, np.ndarray] = {}
+    tree: dict[str, object] = {}
+    for i, dtype in enumerate(ALL_DTYPES):
+        oracle[f"dtypes/{dtype}"] = v = _value((16, 3), dtype, i)
+        tree.setdefault("dtypes", {})[dtype] = lc.distribute_tensor(v, Layout(("x", None), MESH8))  # type: ignore[index]
+    mesh32 = Mesh((3, 2), ("a", "b"))
+    specs = {
+        "uneven": ((10, 7), Layout(("a", "b"), mesh32)),
+        "multi": ((24, 5), Layout((("b", "a"), None), mesh32)),
+        "replicated": ((5, 4), Layout((None, None), mesh32)),
+        "empty": ((0, 4), Layout(("a", None), mesh32)),
+        "big": ((512, 256), Layout(("x", None), MESH8)),
+    }
+    for j, (name, (shape, layout)) in enumerate(specs.items()):
+        oracle[name] = v = _value(shape, "float32", 100 + j)
+        tree[name] = lc.distribute_tensor(v, layout)
+    oracle["scalar"] = np.array(3.25)
+    tree["scalar"] = 3.25
+    read_layouts = {"big": Layout((None, "x"), MESH8), "uneven": Layout(("x", None), MESH8)}
+    checkpoint.save(path, tree, read_layouts=read_layouts)
+    return path, oracle
+
+
+def _open_script() -> str:
+    # No layoutcore import: only zarr-python, TensorStore and the JSON beside the arrays.
+    return r"""
+import json, sys, numpy as np, zarr, tensorstore as ts
+root = sys.argv[1]
+meta = json.load(open(root + "/layoutcore.json"))
+out = {}
+group = zarr.open_group(root, mode="r")
+for path, entry in meta["tensors"].items():
+    node = entry["node"]
+    z = group[node][...]
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": root + "/" + node}}).result().read().result()
+    assert z.dtype == t.dtype and np.ascontiguousarray(z).tobytes() == np.ascontiguousarray(t).tobytes(), path
+    out[path] = {"dtype": str(z.dtype), "shape": list(z.shape), "hex": np.ascontiguousarray(z).tobytes().hex()}
+print(json.dumps(out))
+"""
+
+
+def test_tensorstore_and_zarr_open_every_array_without_layoutcore(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, oracle = saved
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", _open_script(), str(path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    arrays = json.loads(result.stdout)
+    assert set(arrays) == set(oracle)
+    for name, value in oracle.items():
+        got = arrays[name]
+        dtype = str(value.dtype.name) if value.dtype.name not in BITS_ONLY else str(int_view_dtype(value.dtype.name))
+        assert got["dtype"] == dtype and tuple(got["shape"]) == value.shape, name
+        assert bytes.fromhex(got["hex"]) == np.ascontiguousarray(as_bits(value)).tobytes(), name
+
+
+def test_layoutcore_json_records_true_dtype_and_spec(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    meta = json.loads((path / "layoutcore.json").read_text())
+    entry = meta["tensors"]["dtypes/bfloat16"]
+    assert entry["storage_dtype"] == "uint16" and entry["spec"]["dtype"] == "bfloat16"
+    zmeta = json.loads((path / entry["node"] / "zarr.json").read_text())
+    assert zmeta["data_type"] == "uint16" and zmeta["attributes"]["layoutcore"]["dtype"] == "bfloat16"
+    sharding = zmeta["codecs"][0]
+    assert sharding["name"] == "sharding_indexed"
+    assert sharding["configuration"]["index_codecs"][-1] == {"name": "crc32c"}
+    # the declared columns layout refines the (64, 256) row shards into (64, 32) chunks
+    assert meta["tensors"]["big"]["shard"] == [64, 256] and meta["tensors"]["big"]["chunk"] == [64, 32]
+
+
+def test_replicated_blocks_are_stored_once(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    shards = sorted(p.relative_to(path).as_posix() for p in (path / "replicated" / "c").rglob("*") if p.is_file())
+    assert shards == ["replicated/c/0/0"]
+    # uneven: 10 rows over 3 -> blocks 4, 4, 2; 7 columns over 2 -> 4, 3: six shards
+    assert len([p for p in (path / "uneven" / "c").rglob("*") if p.is_file()]) == 6
+
+
+def _damaged_copy(saved: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    dst = tmp_path / "copy"
+    shutil.copytree(saved, dst)
+    return dst
+
+
+def test_flipped_byte_raises_naming_tensor_and_file(saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path) -> None:
+    path = _damaged_copy(saved[0], tmp_path)
+    shard = path / "big" / "c" / "3" / "0"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0x40
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"checksum mismatch.*big/c/3/0") as info:
+        checkpoint.load(path, {"big": Layout((None, "x"), MESH8)})
+    assert info.value.tensor == "big" and info.value.file == "big/c/3/0"
+
+
+def test_truncated_and_missing_shards_raise(saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path) -> None:
+    path = _damaged_copy(saved[0], tmp_path)
+    shard = path / "dtypes" / "float32" / "c" / "5" / "0"
+    shard.write_bytes(shard.read_bytes()[:10])
+    with pytest.raises(CheckpointError, match=r"truncated.*dtypes/float32/c/5/0"):
+        checkpoint.load(path)
+    (path / "dtypes" / "float32" / "c" / "5" / "0").unlink()
+    with pytest.raises(CheckpointError, match=r"dtypes/float32.*dtypes/float32/c/5/0"):
+        checkpoint.load(path)
+    (path / "layoutcore.json").unlink()
+    with pytest.raises(CheckpointError, match="incomplete"):
+        checkpoint.load(path)
+
+
+def test_import_checkpoint_imports_no_framework() -> None:
+    code = (
+        "import sys, layoutcore.checkpoint as c, layoutcore\n"
+        "bad = sorted(m for m in ('jax', 'torch', 'tensorflow', 'rich', 'zarr', 'tensorstore') if m in sys.modules)\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
