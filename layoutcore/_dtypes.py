@@ -25,6 +25,7 @@ __all__ = [
     "int_view_dtype",
     "itemsize",
     "numpy_dtype",
+    "random_values",
 ]
 
 #: The 17 canonical dtype names, in this order (the order of tables and test axes).
@@ -70,6 +71,7 @@ _ITEMSIZE: Final[dict[str, int]] = {
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
 }
+_INTEGERS: Final[frozenset[str]] = frozenset(n for n in _ITEMSIZE if n.startswith(("bool", "int", "uint")))
 _ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
 # Spellings other than the canonical names, lower-cased. "float"/"double" follow C, torch and
@@ -235,6 +237,30 @@ def as_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if name == "complex128":
         return a.reshape((*a.shape, 1)).view(view)
     return a.view(view)
+
+
+def random_values(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray[Any, Any]:
+    """An array of dtype ``name`` and ``shape`` made of random bits: every bit pattern can occur
+    (NaN payloads, -0.0, infinities, subnormals), so only a bit-exact move keeps it (compare with
+    :func:`as_bits`). bool holds 0 and 1 only (its other bytes are no valid bools).
+
+    Raises:
+        LayoutError: ``name`` is not one of :data:`ALL_DTYPES`.
+    """
+    dtype = numpy_dtype(name)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.random.default_rng(seed).integers(0, 256, size=count * dtype.itemsize, dtype=np.uint8)
+    if name == "bool":
+        raw &= 1
+    out = raw.view(dtype)
+    if name not in _INTEGERS:  # float kinds: the special values first, whatever the draw
+        with np.errstate(all="ignore"):
+            special = np.array([-0.0, np.nan, np.inf, -np.inf, 5e-324, 1.0], dtype=np.float64).astype(dtype)
+        bits = as_bits(special)
+        bits.reshape(-1)[1] ^= 1  # a second NaN payload (the mantissa stays non-zero)
+        special = bits.view(dtype).reshape(special.shape)
+        out[: len(special)] = special[: len(out)]
+    return out.reshape(shape)
 
 
 def _check(name: str) -> None:

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from layoutcore import LayoutError
-from layoutcore._dtypes import ALL_DTYPES, X64_DTYPES, as_bits, dtype_name, int_view_dtype, itemsize, numpy_dtype
+from layoutcore._dtypes import (
+    ALL_DTYPES,
+    X64_DTYPES,
+    as_bits,
+    dtype_name,
+    int_view_dtype,
+    itemsize,
+    numpy_dtype,
+    random_values,
+)
 
 # The oracle: each canonical name's dtype as NumPy / ml_dtypes spell it.
 ORACLE = {
@@ -166,3 +175,15 @@ def test_importing_imports_no_ml_dtypes_until_asked() -> None:
 def test_as_bits_of_a_strided_view_is_its_elements_bits() -> None:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
     np.testing.assert_array_equal(as_bits(a), np.ascontiguousarray(a).view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_random_values_have_the_dtype_shape_and_special_bits(name: str) -> None:
+    a = random_values(name, (64, 8), seed=1)
+    assert a.dtype == ORACLE[name] and a.shape == (64, 8)
+    assert np.array_equal(as_bits(a), as_bits(random_values(name, (64, 8), seed=1)))
+    assert not np.array_equal(as_bits(a), as_bits(random_values(name, (64, 8), seed=2)))
+    if ORACLE[name].kind == "b":
+        assert set(np.unique(a.view(np.uint8))) == {0, 1}
+    if name.startswith(("float", "bfloat")) and name != "float8_e4m3fn":
+        assert np.isnan(a.astype(np.float64)).any()  # 512 random patterns include NaNs
