@@ -146,8 +146,8 @@ class _Restricted(pickle.Unpickler):
             return self._allowed[(module, name)]
         except KeyError:
             raise checkpoint_error(
-                f"{self._file}: refused to unpickle {module}.{name}, which is not one of the torch DCP "
-                "metadata classes (nothing was executed)",
+                f"{self._file}: refused to unpickle {module}.{name}, which is not on the allow-list of torch DCP and torch.save classes "
+                "(nothing was executed)",
                 file=self._file,
             ) from None
 

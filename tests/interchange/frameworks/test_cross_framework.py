@@ -1,0 +1,140 @@
+"""Cross-framework checkpoint interchange, each framework in its own process.
+
+torch saves with ``torch.distributed.checkpoint.save`` (2 gloo processes, placements Shard(0),
+Shard(1), uneven Shard(0), [Shard(0), Shard(1)] on a 2x1 mesh, Replicate) and layoutcore loads
+that into JAX, TF DTensor and NumPy under other layouts; JAX saves with Orbax and layoutcore
+loads that into torch, TF and NumPy; each load's ``export_safetensors`` output loads back into
+the same driver. Every check (load_worker.py) is bit for bit against the NumPy oracle, global
+value and per-device components.
+
+The Python of each framework is ``sys.executable`` (the tox env that runs this directory has
+them all), or ``LAYOUTCORE_TEST_PYTHON_<TORCH|JAX|TENSORFLOW>`` where they live in separate
+environments. A missing framework fails the test; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import layoutcore as lc
+from layoutcore.checkpoint import _foreign as F
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+
+
+def python_for(framework: str) -> str:
+    return os.environ.get(f"LAYOUTCORE_TEST_PYTHON_{framework.upper()}", sys.executable)
+
+
+def run(framework: str, *args: str, timeout: int = 240) -> str:
+    env = {**os.environ, "LAYOUTCORE_CPU_DEVICES": "8", "PYTHONPATH": str(HERE)}
+    proc = subprocess.run(
+        [python_for(framework), *args], cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"{framework} {args}: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
+    return proc.stdout
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def dcp_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dcp") / "ckpt"
+    port = str(_port())
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    cmd = [python_for("torch"), "torch_dcp_save.py"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, str(r), port, str(out)],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    logs = [p.communicate(timeout=180)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-6000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def orbax_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("orbax") / "ckpt"
+    run("jax", "jax_orbax_save.py", str(out))
+    return out
+
+
+@pytest.mark.parametrize("driver", ["jax", "tensorflow", "numpy"])
+def test_dcp_loads_into(driver: str, dcp_dir: Path, tmp_path: Path) -> None:
+    out = run(
+        driver if driver != "numpy" else "numpy", "load_worker.py", driver, "dcp", str(dcp_dir), str(tmp_path / "st")
+    )
+    assert f"OK {driver} dcp" in out
+
+
+@pytest.mark.parametrize("driver", ["torch", "tensorflow", "numpy"])
+def test_orbax_loads_into(driver: str, orbax_dir: Path, tmp_path: Path) -> None:
+    out = run(driver, "load_worker.py", driver, "orbax", str(orbax_dir), str(tmp_path / "st"))
+    assert f"OK {driver} orbax" in out
+
+
+def test_dcp_inspect_infers_the_saved_blocks(dcp_dir: Path) -> None:
+    """DCP records boxes only: inspect gives the smallest layout with exactly those blocks."""
+    info = F.inspect(F.open_foreign(dcp_dir))
+    assert info.format == "torch-dcp" and info.values == {"step": 7}
+    axes = {p: s.layout.axes for p, s in info.tensors.items()}
+    assert axes == {
+        "model/w_rows": ("d0", None),
+        "model/w_cols": (None, "d1"),
+        "model/uneven": ("d0", None),
+        "model/emb": ("d0", None),  # [Shard(0), Shard(1)] on 2x1: the size-1 axis splits nothing
+        "model/ids": (None, None),
+        "rep": (None,),
+    }
+    assert info.boxes["model/uneven"] == (((0, 0), (3, 4)), ((3, 0), (2, 4)))
+    assert not any(info.layout_known.values())
+    plan = F.read_plan(
+        F.open_foreign(dcp_dir), {"model/w_rows": lc.Layout(("x", None), lc.Mesh((2,), ("x",)))}, process_devices=[1]
+    )
+    assert plan.exact and plan.amplification == 1.0
+
+
+def test_orbax_inspect_reads_the_saved_layouts(orbax_dir: Path) -> None:
+    info = F.inspect(F.open_foreign(orbax_dir))
+    mesh = lc.Mesh((2, 4), ("x", "y"))
+    assert info.format == "orbax" and info.values == {"step": 11}
+    assert info.tensors["params/dense/kernel"].layout == lc.Layout(("x", "y"), mesh)
+    assert info.tensors["params/dense/bias"].layout == lc.Layout((("y", "x"),), mesh)
+    assert info.tensors["rep"].layout == lc.Layout((None, None), mesh)
+    assert all(info.layout_known.values())
+    # Orbax's chunk is one device's (4, 3) block: rows 0:2 of all columns touch 4 chunks, twice the rows
+    kernel = {"params/dense/kernel": lc.Layout(("y", None), mesh)}
+    plan = F.read_plan(F.open_foreign(orbax_dir), kernel, process_devices=[0])
+    kernel_reads = [r for r in plan.reads if "params.dense.kernel" in r[0]]
+    assert not plan.exact and len(kernel_reads) == 4
+    assert sum(r[2] for r in kernel_reads) == 2 * (2 * 12 * 4)
+
+
+def test_orbax_missing_sharding(orbax_dir: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "nosharding"
+    shutil.copytree(orbax_dir, bad)
+    (bad / "_sharding").unlink()
+    with pytest.raises(lc.CheckpointError, match="_sharding") as err:
+        F.open_foreign(bad)
+    assert err.value.file == str(bad / "_sharding")
