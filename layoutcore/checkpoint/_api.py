@@ -416,7 +416,7 @@ def _commit(tmp: str, target: str) -> None:
 # -- metadata ----------------------------------------------------------------------------------
 def _foreign(path: str) -> Any:
     """The opened foreign checkpoint (torch DCP, Orbax, safetensors) at ``path``, or ``None``."""
-    if os.path.isfile(os.path.join(path, META)):
+    if not os.path.exists(path) or os.path.isfile(os.path.join(path, META)):
         return None
     from . import _foreign as foreign
 
