@@ -1,0 +1,403 @@
+"""The result tables of ``benchmarks/README.md``, generated from ``benchmarks/results/*.json``.
+
+Run from the repository root::
+
+    python benchmarks/readme_results.py           # rewrite the tables in README.md
+    python benchmarks/readme_results.py --check   # exit 1 when README.md differs from the JSON files
+
+Each table sits between ``<!-- results: NAME -->`` and ``<!-- /results -->`` in the README. Every
+row shows the target, the measured value read from a result file, and whether the target was met; a
+missed target is marked **MISSED**. A column's heading names its file and the statistic that file
+records (its top-level ``"statistic"`` field), so the README cannot call a median a minimum.
+``tests/test_benchmark_results.py`` checks that the README matches this script's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE / "README.md"
+
+#: What a row's extractor returns: the measured text, and True/False (target met) or None (no target).
+Cell = tuple[str, bool | None]
+Data = Mapping[str, Any]
+
+_BLOCK = re.compile(r"(<!-- results: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measure: its label, its target in words, and how to read it from one result file."""
+
+    label: str
+    target: str
+    cell: Callable[[Data], Cell]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One README table: rows read from one or more result files (one column each)."""
+
+    name: str
+    files: tuple[tuple[str, str], ...]  # (file name in results/, column heading after the statistic)
+    rows: tuple[Row, ...]
+
+
+def _time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _find(rows: list[Data], **match: Any) -> Data:
+    """The one row of ``rows`` whose fields equal ``match``.
+
+    Raises:
+        KeyError: no row or several rows match (a script renamed a contender: update the table).
+    """
+    found = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    if len(found) != 1:
+        raise KeyError(f"{len(found)} result rows match {match}")
+    return found[0]
+
+
+# -- bench_numpy ---------------------------------------------------------------------------------------
+def _numpy_distribute(d: Data) -> Cell:
+    r = d["distribute_zero_copy"]
+    views = "views" if r["all_components_share_memory"] else "COPIES"
+    return f"{_ratio(r['ratio'])} ({_time(r['big_s'])} / {_time(r['small_s'])}), {views}", r["met"]
+
+
+def _numpy_copy(kind: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["to_numpy_and_relayout"][kind]
+        return f"{_ratio(r['ratio_to_copyto'])} ({_time(r['s'])})", r["met"]
+
+    return cell
+
+
+def _numpy_layout_map(d: Data) -> Cell:
+    r = d["layout_map"]
+    return (
+        f"{_ratio(r['cold_ratio_to_plain_loop'])} of the loop; {r['re_compile_calls_during_1000_lookups']} compiles",
+        r["met"],
+    )
+
+
+def _numpy_import(d: Data) -> Cell:
+    r = d["import_time"]
+    return f"+{r['added_s'] * 1e3:.0f} ms, frameworks {r['frameworks_imported']}", r["met"]
+
+
+# -- others --------------------------------------------------------------------------------------------
+def _mesh_case(label: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["cases"][label]
+        return _time(r["total_s"]), r["total_s"] < r["target_s"]
+
+    return cell
+
+
+def _plan(d: Data) -> Cell:
+    r = d["plan"]
+    return f"{_time(r['seconds'])} ({r['unmatched']} unmatched)", r["seconds"] < r["target_s"]
+
+
+def _relayout_plan(index: int) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = list(d["relayout_plan"].values())[index]
+        return f"{_time(r['seconds'])} ({r['transfers']:,} transfers)", r["seconds"] < r["target_s"]
+
+    return cell
+
+
+def _explain(key: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["explain"][key]
+        return f"{r['ms']:.3f} ms", r["ms"] < r["target_ms"]
+
+    return cell
+
+
+def _spmd_target(d: Data) -> Cell:
+    r = d["matmul"][0]
+    return f"{_ratio(r['ratio'])} ({_time(r['spmd_s'])} / {_time(r['np_matmul_s'])})", r["ratio"] <= d["targets"][
+        "ratio"
+    ]
+
+
+def _spmd_propagation(d: Data) -> Cell:
+    cached = {k: v for k, v in d["propagation_us"].items() if "uncached" not in k}
+    worst = max(cached.values())
+    return f"≤ {worst:.1f} µs (slowest cached call)", worst < d["targets"]["propagation_us"]
+
+
+def _side_by_side(op: str, size: str, **extra: Any) -> Callable[[Data], Cell]:
+    """A row of bench_jax / bench_tensorflow: layoutcore / native, against ``targets[size]``."""
+
+    def cell(d: Data) -> Cell:
+        r = _find(d["rows"], op=op, size=size, **extra)
+        return f"{_ratio(r['ratio'])} ({_time(r['layoutcore_s'])} / {_time(r['native_s'])})", (
+            r["ratio"] <= d["targets"][size]
+        )
+
+    return cell
+
+
+def _tf_step(size: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = _find(d["rows"], size=size)
+        return f"{_ratio(r['eager_over_tf_function'])} ({_time(r['tf_function_s'])} per compiled step)", None
+
+    return cell
+
+
+def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = _find(d["rows"], size=size, ours=ours, torch=torch)
+        return f"{_ratio(r['ratio'])} ({r['ours_ms']:.1f} / {r['torch_ms']:.1f} ms)", r["ratio"] <= r["target"]
+
+    return cell
+
+
+def _torch_module(kind: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = _find(d["rows"], input=kind)
+        met = None if r["target"] is None else r["ratio"] <= r["target"]
+        return f"{_ratio(r['ratio'])} ({r['layoutcore_ms']:.0f} / {r['torch_ms']:.0f} ms)", met
+
+    return cell
+
+
+def _trees(key: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        return f"{d[key]:.1f} ms", d[key] < d["target_ms"]
+
+    return cell
+
+
+def _trees_hlo(d: Data) -> Cell:
+    same = d["traced_relayout_stablehlo_identical"] and d["traced_relayout_compiled_hlo_identical"]
+    return ("identical" if same else "DIFFERENT"), same
+
+
+def _relayout_bytes(case: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["cases"][case]
+        if "refused" in r:
+            return f"refused ({r['refused']})", None
+        return f"{r['moved_bytes'] / max(r['floor_bytes'], 1):.2f}x floor ({r['moved_bytes'] // 1024} KiB)", None
+
+    return cell
+
+
+_TORCH_PAIRS = (
+    ("layoutcore.distribute_tensor", "torch distribute_tensor (user call)"),
+    ("layoutcore.distribute_tensor", "torch distribute_tensor (LocalTensor, shared)"),
+    ("layoutcore.relayout", "DTensor.redistribute"),
+)
+_RELAYOUT_CASES = (
+    "x → None (all-gather)",
+    "S0 → S1 (x,None → None,x)",
+    "(x,y) → (y,x) on 4x2",
+    "uneven S0 → S1 (500x500 on 8)",
+    "multi-axis ((x,y),None) → (None,(x,y))",
+    "cross-mesh 4x2 (x,None) → 8 (None,z)",
+)
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        "bench_numpy",
+        (("bench_numpy.json", "CPU time"), ("bench_numpy.wall.json", "wall time")),
+        (
+            Row("`distribute_tensor` 1 GiB / 1 MiB, 8 devices", "≤ 2x, components are views", _numpy_distribute),
+            Row("`to_numpy` of a packed 256 MiB array / `np.copyto`", "≤ 2x", _numpy_copy("to_numpy")),
+            Row(
+                "`relayout` `('x','y')` → `(None,'x')` / `np.copyto` of the bytes written",
+                "≤ 3x",
+                _numpy_copy("relayout"),
+            ),
+            Row(
+                "LayoutMap, 10 000 paths x 200 patterns, cold / plain `re.search` loop",
+                "≈ 1x, compiled once",
+                _numpy_layout_map,
+            ),
+            Row("`import layoutcore` after `import numpy`", "≤ 100 ms, no framework", _numpy_import),
+        ),
+    ),
+    Table(
+        "bench_plan",
+        (("bench_plan.json", "CPU time"),),
+        (
+            Row("`plan`, 10 000 variables x 200 patterns", "< 0.5 s", _plan),
+            Row("`relayout_plan`, 1 024 devices, rank-4 tensor", "< 2 s", _relayout_plan(0)),
+            Row("`relayout_plan`, same, another target", "< 2 s", _relayout_plan(1)),
+            Row("`relayout_plan`, same, a full all-gather", "< 2 s", _relayout_plan(2)),
+            Row("`LayoutMap.explain`, a matched path", "< 1 ms", _explain("matched")),
+            Row("`LayoutMap.explain`, an unmatched path (near misses)", "< 1 ms", _explain("unmatched (near misses)")),
+        ),
+    ),
+    Table(
+        "bench_relayout_bytes",
+        (("bench_relayout_bytes.jax.json", "JAX"), ("bench_relayout_bytes.torch.json", "torch")),
+        tuple(Row(f"`{case}`", "reported", _relayout_bytes(case)) for case in _RELAYOUT_CASES),
+    ),
+    Table(
+        "bench_spmd",
+        (("bench_spmd.json", "wall time"), ("bench_spmd.cpu.json", "CPU time")),
+        (
+            Row("`a @ b`, 2048², k over `(x, y)` / `np.matmul`", "≤ 1.5x", _spmd_target),
+            Row("`layoutcore.propagation` per call", "< 20 µs", _spmd_propagation),
+        ),
+    ),
+    Table(
+        "bench_jax",
+        (("bench_jax.json", "wall time"),),
+        tuple(
+            Row(f"`{op}` {size} / `jax.device_put`", f"≤ {target}x", _side_by_side(op, size))
+            for size, target in (("64 MiB", "1.10"), ("1 KiB", "2"))
+            for op in ("distribute_tensor", "relayout")
+        ),
+    ),
+    Table(
+        "bench_trees",
+        (("bench_trees.json", "wall time"),),
+        (
+            Row("`tree_shardings`, 1 000 leaves x 200 patterns, cold", "< 50 ms", _trees("tree_shardings_cold_ms")),
+            Row("`tree_shardings`, warm", "< 50 ms", _trees("tree_shardings_warm_ms")),
+            Row("traced `relayout` HLO vs `with_sharding_constraint`", "identical", _trees_hlo),
+        ),
+    ),
+    Table(
+        "bench_tensorflow",
+        (("bench_tensorflow.json", "wall time"),),
+        tuple(
+            Row(f"`{op}` {size} `{layout}` / DTensor", f"≤ {target}x", _side_by_side(op, size, layout=layout))
+            for size, target in (("64 MiB", "1.10"), ("1 KiB", "2"))
+            for op, layout in (
+                ("distribute_tensor", "('x', 'y')"),
+                ("relayout", "('x', 'y')->('y', None)"),
+                ("distribute_tensor", "('x', None)"),
+                ("relayout", "('x', None)->(None, 'y')"),
+            )
+        ),
+    ),
+    Table(
+        "bench_tensorflow_step",
+        (("bench_tensorflow_step.json", "wall time"),),
+        (
+            Row("training step, eager / `tf.function`, small model", "reported", _tf_step("small")),
+            Row("training step, eager / `tf.function`, large model", "reported", _tf_step("large")),
+        ),
+    ),
+    Table(
+        "bench_torch",
+        (("bench_torch.json", "CPU time"), ("bench_torch.wall.json", "wall time")),
+        tuple(
+            Row(f"`{ours}` / {torch}, {size}", f"≤ {target}x", _torch(size, ours, torch))
+            for size, target in (("64MiB", "1.10"), ("1KiB", "2"))
+            for ours, torch in _TORCH_PAIRS
+        ),
+    ),
+    Table(
+        "bench_torch_module",
+        (("bench_torch_module.json", "CPU time"),),
+        (
+            Row("`distribute_module` / `parallelize_module`, DTensor input", "≤ 1.05x", _torch_module("DTensor input")),
+            Row(
+                "`distribute_module` / `parallelize_module`, plain input (each rank copies its block)",
+                "reported",
+                _torch_module("plain tensor input"),
+            ),
+        ),
+    ),
+    Table(
+        "bench_mesh_scale",
+        (("bench_mesh_scale.json", "CPU time"), ("bench_mesh_scale.wall.json", "wall time")),
+        (
+            Row(
+                "`Mesh` of 100 000 devices: build + `to_string` + `from_string`",
+                "< 0.5 s",
+                _mesh_case("100 000 devices"),
+            ),
+            Row("`Mesh` of 1 000 000 devices, the same", "< 5 s", _mesh_case("1 000 000 devices")),
+            Row("`Mesh` of 20 000 axes, the same", "< 0.5 s", _mesh_case("20 000 axes")),
+        ),
+    ),
+)
+
+
+def statistic_words(data: Data) -> str:
+    """The statistic a result file records, in words (``"median"``, or ``"matmul: median; ..."``)."""
+    stat = data.get("statistic")
+    if isinstance(stat, str):
+        return stat
+    if isinstance(stat, dict):
+        return "; ".join(f"{k}: {v}" for k, v in stat.items())
+    raise ValueError("records no statistic")
+
+
+def load(name: str) -> Data:
+    data: Data = json.loads((RESULTS / name).read_text("utf-8"))
+    return data
+
+
+def render(table: Table) -> str:
+    """One table as Markdown: a column per result file, MISSED where a target was missed."""
+    columns = [(name, heading, load(name)) for name, heading in table.files]
+    head = ["Measure", "Target"] + [f"{heading}, {statistic_words(data)} (`{name}`)" for name, heading, data in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in table.rows:
+        cells = []
+        for _, _, data in columns:
+            text, met = row.cell(data)
+            cells.append(text + ("" if met is None or met else " **MISSED**"))
+        lines.append("| " + " | ".join([row.label, row.target, *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def rendered(readme: str) -> str:
+    """``readme`` with every results block replaced by the table rendered from the JSON files."""
+    tables = {t.name: t for t in TABLES}
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in tables:
+            raise KeyError(f"README.md has a results block {name!r} that readme_results.py does not know")
+        return match.group(1) + render(tables[name]) + match.group(4)
+
+    return _BLOCK.sub(replace, readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the JSON files")
+    args = parser.parse_args(argv)
+    text = README.read_text("utf-8")
+    new = rendered(text)
+    if args.check:
+        if new != text:
+            print("benchmarks/README.md is stale: run python benchmarks/readme_results.py")
+            return 1
+        return 0
+    README.write_text(new, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
