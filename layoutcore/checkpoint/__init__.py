@@ -15,5 +15,16 @@ from __future__ import annotations
 from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
 from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan, save
+from ._foreign import export_safetensors
 
-__all__ = ["CheckpointError", "CheckpointInfo", "ReadPlan", "TensorSpec", "inspect", "load", "read_plan", "save"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
+    "ReadPlan",
+    "TensorSpec",
+    "export_safetensors",
+    "inspect",
+    "load",
+    "read_plan",
+    "save",
+]

@@ -13,9 +13,8 @@ from pathlib import Path
 
 from ._errors import CheckpointError, checkpoint_error
 from ._export import export_safetensors
-from ._load import ForeignInfo, ForeignReadPlan, inspect, load, read_plan, resolve_layouts
+from ._load import ForeignInfo, ForeignReadPlan, inspect, load, read_plan, saved_spec
 from ._model import ForeignCheckpoint, ForeignTensor
-from ._pieces import Piece, Run
 
 __all__ = [
     "FORMATS",
@@ -24,15 +23,13 @@ __all__ = [
     "ForeignInfo",
     "ForeignReadPlan",
     "ForeignTensor",
-    "Piece",
-    "Run",
     "detect",
     "export_safetensors",
     "inspect",
     "load",
     "open_foreign",
     "read_plan",
-    "resolve_layouts",
+    "saved_spec",
 ]
 
 #: The foreign formats, as :func:`detect` names them.

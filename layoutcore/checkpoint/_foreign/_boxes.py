@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ... import geometry
 from ..._layout import Layout
 from ..._mesh import Mesh
-from ._pieces import Box
+from ._model import Box
 
 __all__ = ["dcp_chunks", "layout_from_boxes"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._dtypes import itemsize
+from .._read_plan import StoredPiece
 from ._errors import checkpoint_error
-from ._model import ForeignCheckpoint, ForeignTensor, nest
-from ._pieces import Box, Piece
+from ._model import Box, ForeignCheckpoint, ForeignTensor, nest
 
 __all__ = ["is_dcp", "open_dcp"]
 
@@ -403,7 +403,7 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
             chunk_boxes: dict[tuple[int, ...], Box] = {
                 tuple(c.offsets): (tuple(c.offsets), tuple(c.sizes)) for c in entry.chunks
             }
-            pieces: list[Piece] = []
+            pieces: list[StoredPiece] = []
             for offset, info in by_fqn.get(fqn, []):
                 box = chunk_boxes.get(tuple(offset or (0,) * len(shape)))
                 if box is None:
@@ -421,10 +421,10 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
                         f"{getattr(tensor, 'size', '?')}, the metadata says {dtype} {box[1]}",
                         file=key,
                     )
-                pieces.append(Piece(box[0], box[1], key, start))
-            _check_tiling(shape, [(p.offsets, p.sizes) for p in pieces], fqn, name)
+                pieces.append(StoredPiece(key, start, box[0], box[1]))
+            _check_tiling(shape, [(p.start, p.shape) for p in pieces], fqn, name)
             tensors[tree_path] = ForeignTensor(
-                tree_path, fqn, shape, dtype, None, tuple((p.offsets, p.sizes) for p in pieces), tuple(pieces)
+                tree_path, fqn, shape, dtype, None, tuple((p.start, p.shape) for p in pieces), tuple(pieces)
             )
     finally:
         for f in handles.values():
@@ -433,7 +433,8 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
         tree = nest(paths)
     except ValueError as err:
         raise checkpoint_error(f"{name}: inconsistent state dict keys ({err})", file=name) from None
-    return ForeignCheckpoint("torch-dcp", str(path), tensors, values, tree, tuple(sorted(files)), read)
+    version = str(getattr(md, "version", "") or "")
+    return ForeignCheckpoint("torch-dcp", str(path), tensors, values, tree, tuple(sorted(files)), read, version)
 
 
 def _check_tiling(shape: tuple[int, ...], boxes: list[Box], fqn: str, file: str) -> None:

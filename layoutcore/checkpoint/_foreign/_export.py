@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..._dtypes import itemsize
+from ..._dtypes import itemsize, numpy_dtype
 from ._errors import checkpoint_error
-from ._pieces import Box, FileCache
+from ._model import Box
 from ._safetensors import INDEX_NAME, fsync_dir, header_bytes
 
 __all__ = ["export_safetensors", "parse_size"]
@@ -164,31 +165,55 @@ def export_safetensors(
 
 
 def _sources(path: Path) -> tuple[list[Source], dict[str, Any], Callable[[], None]]:
-    """The tensors of any readable checkpoint as streaming sources."""
+    """The tensors of any readable checkpoint as streaming sources, and a function closing them."""
     from . import detect, open_foreign
 
+    fds: dict[str, int] = {}
+
+    def close_fds() -> None:
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     if detect(path) is None:
-        return _layoutcore_sources(path)
+        return (*_layoutcore_sources(path, fds), close_fds)
     ckpt = open_foreign(path)
-    files = FileCache()
     sources: list[Source] = []
     for tensor in ckpt.tensors.values():
         name = tensor.key if ckpt.format in ("safetensors", "torch-dcp") else tensor.path.replace("/", ".")
 
         def read(box: Box, tensor: Any = tensor) -> np.ndarray[Any, Any]:
-            return ckpt.read(tensor, box, files)
+            return ckpt.read(tensor, [box], fds)[0]
 
         sources.append((name, tensor.dtype, tensor.shape, read))
 
     def close() -> None:
-        files.close()
+        close_fds()
         ckpt.close()
 
     return sources, dict(ckpt.values), close
 
 
-def _layoutcore_sources(path: Path) -> tuple[list[Source], dict[str, Any], Callable[[], None]]:
-    """A layoutcore-format checkpoint's tensors, each read box by box through its own reader."""
-    from .. import _layoutcore_reader  # type: ignore[attr-defined]
+def _layoutcore_sources(path: Path, fds: dict[str, int]) -> tuple[list[Source], dict[str, Any]]:
+    """A layoutcore-format checkpoint's tensors, read box by box through the format's read core.
 
-    return _layoutcore_reader(path)  # type: ignore[no-any-return]
+    Plain scalars saved as 0-d arrays are tensors here too (safetensors holds 0-d tensors).
+    """
+    from .._api import _info_from_meta, _read_meta, _stored
+    from .._read_plan import plan_tensor, read_boxes
+
+    root = os.path.abspath(path)
+    meta, _ = _read_meta(root)
+    info = _info_from_meta(root, meta)
+    sources: list[Source] = []
+    for p, spec in info.tensors.items():
+        stored = _stored(p, meta["tensors"][p], spec)
+
+        def read(box: Box, stored: Any = stored, dtype: str = spec.dtype) -> np.ndarray[Any, Any]:
+            reads = plan_tensor(stored, [box])
+            out = np.empty(box[1], dtype=numpy_dtype(dtype))
+            read_boxes(root, reads, [out], checkpoint=root, fds=fds)
+            return out
+
+        sources.append((p.replace("/", "."), spec.dtype, spec.shape, read))
+    return sources, {}

@@ -1,4 +1,11 @@
-"""A foreign checkpoint opened for reading: its tensors, their stored pieces, and how to read a box."""
+"""A foreign checkpoint opened for reading: its tensors, their stored pieces, and how to read boxes.
+
+Formats whose tensors are uncompressed C-order boxes at byte offsets (safetensors, torch DCP)
+describe each tensor as :class:`~layoutcore.checkpoint._read_plan.StoredPiece`s and go through
+the format-neutral read core (``plan_tensor`` / ``read_boxes``): exact byte runs, each byte
+once. Orbax overrides :meth:`ForeignCheckpoint.plan` / :meth:`ForeignCheckpoint.read` to read
+through TensorStore.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ..._dtypes import itemsize
+from ..._dtypes import itemsize, numpy_dtype
 from ..._layout import Layout
-from ._pieces import Box, FileCache, Piece, Run, box_runs, read_box
+from .._read_plan import StoredPiece, StoredTensor, plan_tensor, read_boxes
 
-__all__ = ["ForeignCheckpoint", "ForeignTensor"]
+__all__ = ["Box", "ForeignCheckpoint", "ForeignTensor", "map_tree", "nest"]
+
+#: ``(offsets, sizes)`` of a box of a tensor, one int per axis.
+Box = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +34,10 @@ class ForeignTensor:
         path: its tree path (keys joined by ``/``).
         key: the format's own name for it (safetensors name, DCP fully qualified name, Orbax key).
         shape: global shape.
-        dtype: canonical dtype name (``layoutcore._dtypes.ALL_DTYPES``).
+        dtype: canonical dtype name.
         layout: the saved layout where the format records one (Orbax), else ``None``.
         boxes: the saved blocks as ``(offsets, sizes)``, in storage order.
-        pieces: where each block's bytes lie (empty where a library reads them, as for Orbax).
+        pieces: where each block's bytes lie, absolute file paths (empty for Orbax).
     """
 
     path: str
@@ -36,12 +46,17 @@ class ForeignTensor:
     dtype: str
     layout: Layout | None
     boxes: tuple[Box, ...]
-    pieces: tuple[Piece, ...] = ()
+    pieces: tuple[StoredPiece, ...] = ()
 
     @property
     def nbytes(self) -> int:
         """Bytes of the whole tensor."""
         return math.prod(self.shape) * itemsize(self.dtype)
+
+    @property
+    def stored(self) -> StoredTensor:
+        """The tensor as the read core's :class:`StoredTensor`."""
+        return StoredTensor(self.path, self.shape, self.dtype, self.pieces)
 
 
 @dataclass(slots=True)
@@ -52,10 +67,11 @@ class ForeignCheckpoint:
         format: ``"safetensors"``, ``"torch-dcp"`` or ``"orbax"``.
         path: the directory or file that was opened.
         tensors: tree path -> tensor, in storage order.
-        values: tree path -> non-tensor leaf (DCP's pickled Python values, read at open).
+        values: tree path -> non-tensor leaf (DCP's pickled Python values, Orbax scalars).
         tree: the saved structure: nested dicts whose leaves are tree paths.
-        files: every file the checkpoint consists of.
+        files: every file the checkpoint consists of (absolute).
         metadata_bytes: bytes read to open it (headers, indexes, pickles).
+        version: the format's version where it records one.
     """
 
     format: str
@@ -65,14 +81,25 @@ class ForeignCheckpoint:
     tree: dict[str, Any] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     metadata_bytes: int = 0
+    version: str = ""
 
-    def runs(self, tensor: ForeignTensor, box: Box) -> list[Run]:
-        """The byte runs that reading ``box`` of ``tensor`` touches (unmerged, may repeat)."""
-        return box_runs(tensor.pieces, box, tensor.dtype)
+    def plan(self, tensor: ForeignTensor, boxes: Sequence[Box]) -> list[tuple[str, np.ndarray[Any, Any]]]:
+        """Per file, the ``(offset, length)`` runs that reading ``boxes`` of ``tensor`` touches."""
+        reads = plan_tensor(tensor.stored, boxes)
+        return [(tensor.pieces[p.piece].file, p.runs) for p in reads.pieces]
 
-    def read(self, tensor: ForeignTensor, box: Box, files: FileCache) -> np.ndarray[Any, Any]:
-        """``box`` of ``tensor`` as a new NumPy array."""
-        return read_box(tensor.pieces, box, tensor.dtype, files, path=tensor.path)
+    def read(self, tensor: ForeignTensor, boxes: Sequence[Box], fds: dict[str, int]) -> list[np.ndarray[Any, Any]]:
+        """Each box of ``tensor`` as a new C-order NumPy array, each byte read once.
+
+        Raises:
+            CheckpointError: a file that ends early, or a box the pieces do not cover.
+        """
+        reads = plan_tensor(tensor.stored, boxes)
+        dtype = numpy_dtype(tensor.dtype)
+        outs = [np.empty(sizes, dtype=dtype) for _, sizes in reads.boxes]
+        read_boxes("/", reads, outs, checkpoint=self.path, fds=fds)
+        index = {b: i for i, b in enumerate(reads.boxes)}
+        return [outs[index[(tuple(o), tuple(s))]] for o, s in boxes]
 
     def close(self) -> None:
         """Release anything held open (TensorStore handles)."""

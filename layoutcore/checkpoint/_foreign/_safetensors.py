@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..._dtypes import itemsize
+from .._read_plan import StoredPiece
 from ._errors import checkpoint_error
 from ._model import ForeignCheckpoint, ForeignTensor
-from ._pieces import Piece
 
 __all__ = ["INDEX_NAME", "SAFETENSORS_DTYPES", "is_safetensors", "open_safetensors", "safetensors_dtype"]
 
@@ -131,7 +131,7 @@ def _tensors_of(file: Path, only: set[str] | None) -> tuple[list[ForeignTensor],
                 f"{nbytes} bytes and the file holds {size - data_start} data bytes",
                 file=name,
             )
-        piece = Piece((0,) * len(shape), shape, str(file.resolve()), data_start + begin)
+        piece = StoredPiece(str(file.resolve()), data_start + begin, (0,) * len(shape), shape)
         out.append(ForeignTensor(key, key, shape, dtype, None, (((0,) * len(shape), shape),), (piece,)))
     return out, data_start
 

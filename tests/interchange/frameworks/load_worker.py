@@ -14,7 +14,7 @@ import numpy as np
 from oracle import dcp_arrays, orbax_arrays, same_bits
 
 import layoutcore as lc
-from layoutcore.checkpoint import _foreign as F
+import layoutcore.checkpoint as ckpt
 
 driver, kind, ckpt_dir, export_dir = sys.argv[1:5]
 if driver == "jax":  # the oracle holds int64 and float64, which JAX keeps only with x64 on
@@ -79,13 +79,13 @@ def check(out: dict, label: str) -> None:
         assert get(out, path) == value, (label, path)
 
 
-out = F.load(F.open_foreign(ckpt_dir), targets, driver=driver)
+out = ckpt.load(ckpt_dir, targets, driver=driver)
 check(out, kind)
 if driver == "numpy":  # reading DCP and Orbax needed no framework at all
     leaked = [m for m in ("torch", "jax", "tensorflow") if m in sys.modules]
     assert not leaked, leaked
-F.export_safetensors(ckpt_dir, export_dir, max_shard_size=256)
-exported = F.load(F.open_foreign(export_dir), {k.replace("/", "."): v for k, v in targets.items()}, driver=driver)
+ckpt.export_safetensors(ckpt_dir, export_dir, max_shard_size=256)
+exported = ckpt.load(export_dir, {k.replace("/", "."): v for k, v in targets.items()}, driver=driver)
 renamed: dict = {}
 for name, value in exported.items():
     node = renamed

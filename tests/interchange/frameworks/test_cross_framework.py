@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import layoutcore as lc
-from layoutcore.checkpoint import _foreign as F
+import layoutcore.checkpoint as ckpt
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -96,8 +96,8 @@ def test_orbax_loads_into(driver: str, orbax_dir: Path, tmp_path: Path) -> None:
 
 def test_dcp_inspect_infers_the_saved_blocks(dcp_dir: Path) -> None:
     """DCP records boxes only: inspect gives the smallest layout with exactly those blocks."""
-    info = F.inspect(F.open_foreign(dcp_dir))
-    assert info.format == "torch-dcp" and info.values == {"step": 7}
+    info = ckpt.inspect(dcp_dir)
+    assert info.format == "torch-dcp 1.0.0" and info.values == {"step": 7}
     axes = {p: s.layout.axes for p, s in info.tensors.items()}
     assert axes == {
         "model/w_rows": ("d0", None),
@@ -109,23 +109,21 @@ def test_dcp_inspect_infers_the_saved_blocks(dcp_dir: Path) -> None:
     }
     assert info.boxes["model/uneven"] == (((0, 0), (3, 4)), ((3, 0), (2, 4)))
     assert not any(info.layout_known.values())
-    plan = F.read_plan(
-        F.open_foreign(dcp_dir), {"model/w_rows": lc.Layout(("x", None), lc.Mesh((2,), ("x",)))}, process_devices=[1]
-    )
+    plan = ckpt.read_plan(dcp_dir, {"model/w_rows": lc.Layout(("x", None), lc.Mesh((2,), ("x",)))}, process_devices=[1])
     assert plan.exact and plan.amplification == 1.0
 
 
 def test_orbax_inspect_reads_the_saved_layouts(orbax_dir: Path) -> None:
-    info = F.inspect(F.open_foreign(orbax_dir))
+    info = ckpt.inspect(orbax_dir)
     mesh = lc.Mesh((2, 4), ("x", "y"))
-    assert info.format == "orbax" and info.values == {"step": 11}
+    assert info.format == "orbax zarr+ocdbt" and info.values == {"step": 11}
     assert info.tensors["params/dense/kernel"].layout == lc.Layout(("x", "y"), mesh)
     assert info.tensors["params/dense/bias"].layout == lc.Layout((("y", "x"),), mesh)
     assert info.tensors["rep"].layout == lc.Layout((None, None), mesh)
     assert all(info.layout_known.values())
     # Orbax's chunk is one device's (4, 3) block: rows 0:2 of all columns touch 4 chunks, twice the rows
     kernel = {"params/dense/kernel": lc.Layout(("y", None), mesh)}
-    plan = F.read_plan(F.open_foreign(orbax_dir), kernel, process_devices=[0])
+    plan = ckpt.read_plan(orbax_dir, kernel, process_devices=[0])
     kernel_reads = [r for r in plan.reads if "params.dense.kernel" in r[0]]
     assert not plan.exact and len(kernel_reads) == 4
     assert sum(r[2] for r in kernel_reads) == 2 * (2 * 12 * 4)
@@ -136,5 +134,5 @@ def test_orbax_missing_sharding(orbax_dir: Path, tmp_path: Path) -> None:
     shutil.copytree(orbax_dir, bad)
     (bad / "_sharding").unlink()
     with pytest.raises(lc.CheckpointError, match="_sharding") as err:
-        F.open_foreign(bad)
+        ckpt.load(bad)
     assert err.value.file == str(bad / "_sharding")
