@@ -5,8 +5,10 @@ that it exits 1 with failures in the tests that should catch each defect, while 
   ``broken_drivers``) run here in every environment; the control is the real NumPy driver passing the
   whole suite through ``python -m layoutcore_conformance``.
 * Framework mutants (``broken_jax``, ``broken_tensorflow``, ``broken_torch``): devices reversed,
-  placements swapped, a lying ``native_fetch_layout``, and replicas sharing storage (torch) or sharing the
-  caller's buffer (JAX, TF, whose arrays are immutable). They run in their framework's tox environment,
+  placements swapped, a lying ``native_fetch_layout``, replicas sharing storage (torch) or sharing the
+  caller's buffer (JAX, TF, whose arrays are immutable), one dtype narrowed or widened (JAX bfloat16 held as
+  float32, TF float64 as float32, torch int64 as int32), and (torch) an in-place update through a Variable
+  that reaches one replica only. They run in their framework's tox environment,
   picked by ``LAYOUTCORE_DRIVER`` (tox.ini runs ``pytest tests/test_conformance_meta.py -k framework``
   there), each on the focused part of the suite (``-k``) that its defect concerns, with the ``smoke``
   hypothesis profile. Their control is the same environment's first command: the real driver passing the
@@ -100,6 +102,27 @@ FRAMEWORK_MUTANTS["torch"] = _mutants(
     },
     {"test_memory::test_sgd_step_matches_numpy[fully_sharded]"},  # no replicas there: nothing shared
 )
+#: Dtype mutants: each declares a dtype (the real driver's ``supported_dtypes``) and narrows or widens it. The
+#: dtype axis fails them by name; the model-based test runs beside it (it draws every declared dtype).
+DTYPE_SUBSET = "test_dtypes or test_stateful"
+STATEFUL = "test_stateful::test_operation_sequences_match_numpy_model"
+for _framework, _dtype, _defect in (
+    ("jax", "bfloat16", "widened-bfloat16"),
+    ("tensorflow", "float64", "narrowed-float64"),
+    ("torch", "int64", "narrowed-int64"),
+):
+    FRAMEWORK_MUTANTS[_framework].append(
+        Mutant(
+            _framework,
+            f"{_framework}-{_defect}",
+            DTYPE_SUBSET,
+            frozenset({f"test_dtypes::test_distribute[{_dtype}]", f"test_dtypes::test_variable[{_dtype}]"}),
+            frozenset({"test_dtypes::test_distribute[float32]", "test_dtypes::test_distribute[int32]"}),
+        )
+    )
+#: An in-place update through a Variable's value reaches one replica of each block: only a test that updates
+#: in place and then reads every replica sees it, the model-based test.
+FRAMEWORK_MUTANTS["torch"].append(Mutant("torch", "torch-one-replica-inplace", "test_stateful", frozenset({STATEFUL})))
 _NOT_HERE = pytest.mark.skip(
     reason=f"framework mutants run in their framework's tox environment (LAYOUTCORE_DRIVER=jax|tensorflow|torch); "
     f"this one has LAYOUTCORE_DRIVER={FRAMEWORK}"

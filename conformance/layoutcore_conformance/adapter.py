@@ -1,7 +1,8 @@
 """How the conformance suite reads a driver's data *without* the code under test.
 
-Each driver names a :class:`ConformanceAdapter` subclass in ``Driver.conformance_adapter``
-(``"package.module:Class"``). The adapter uses the framework's own raw calls only (for JAX
+A driver package registers a :class:`ConformanceAdapter` subclass under the driver's name in the
+``layoutcore.conformance_adapters`` entry-point group (``name = "package.module:Class"``), or at run
+time with :func:`register_adapter`; the driver class itself carries no test metadata. The adapter uses the framework's own raw calls only (for JAX
 ``array.addressable_shards``, for TF ``dtensor.unpack``, for torch the local tensors), so
 that a bug in the driver's ``unpack``/``to_numpy`` cannot hide itself: the suite compares
 what the adapter reads with the pure shard math in :mod:`layoutcore.geometry`. Device names come
@@ -11,20 +12,27 @@ from the driver's ``bind_mesh`` or ``fetch_layout``.
 The optional hooks run the framework's own operations on distributed values, so that the suite
 can check what users meet beyond layoutcore's calls: the layout of an operation's output
 (:meth:`~ConformanceAdapter.identity_op`), in-place writes (:meth:`~ConformanceAdapter.subtract_inplace`)
-and the framework's compiler (:meth:`~ConformanceAdapter.compile`).
+the framework's compiler (:meth:`~ConformanceAdapter.compile`) and in-place updates of any dtype
+(:meth:`~ConformanceAdapter.add_inplace`, for the model-based test).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from layoutcore import Driver
+from layoutcore import Variable, relayout
+from layoutcore.driver import Driver
 
-__all__ = ["ConformanceAdapter", "load_adapter"]
+__all__ = ["ADAPTER_GROUP", "ConformanceAdapter", "load_adapter", "register_adapter"]
+
+#: The entry-point group a driver package registers its adapter in: ``<driver name> = "module:Class"``.
+ADAPTER_GROUP = "layoutcore.conformance_adapters"
 
 
 class ConformanceAdapter:
@@ -36,8 +44,8 @@ class ConformanceAdapter:
     Optional:
         :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
         :attr:`dtypes` (the NumPy dtype names the property tests draw from),
-        :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace` and :meth:`compile`
-        (the framework's own operations and compiler); :meth:`matmul`, :meth:`einsum`,
+        :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace`, :meth:`add_inplace` and
+        :meth:`compile` (the framework's own operations and compiler); :meth:`matmul`, :meth:`einsum`,
         :meth:`add`, :meth:`sum`, :meth:`output_layout` and :meth:`reduce_pending` for the SPMD
         section (defaults: NumPy's operations, the driver's ``fetch_layout``).
     """
@@ -46,6 +54,25 @@ class ConformanceAdapter:
     #: without silent conversion (JAX without x64 turns float64/int64 into 32-bit types);
     #: an adapter widens it where its framework keeps more dtypes exactly.
     dtypes: tuple[str, ...] = ("float32", "int32")
+
+    #: Canonical dtype names whose addition the framework computes (its kernels), for
+    #: :meth:`add_inplace` in the model-based test. Moving data needs no arithmetic, so this is
+    #: narrower than what the driver holds; bool and float8 have no addition in most frameworks.
+    arithmetic_dtypes: frozenset[str] = frozenset(
+        [
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+            "complex64",
+            "complex128",
+        ]
+    )
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
@@ -84,6 +111,24 @@ class ConformanceAdapter:
         """
         return False
 
+    def add_inplace(self, target: Any, delta: Any) -> bool:
+        """``target += delta`` through the framework's own operation, updating ``target`` itself.
+
+        ``target`` is a :class:`layoutcore.Variable` or a distributed tensor, ``delta`` a distributed
+        tensor of the same layout and dtype (one of :attr:`arithmetic_dtypes`). A Variable is updated
+        the framework's way: torch ``add_`` on its Parameter, TF ``DVariable.assign_add``, JAX
+        ``value.at[...].add`` then ``assign``; the default (NumPy) assigns ``self.add(value, delta)``.
+        Returns ``False`` (doing nothing) for a distributed tensor where the framework's arrays are
+        immutable (everything but torch).
+        """
+        if isinstance(target, Variable):
+            # The framework reads its result's layout on the concrete mesh, which the front-end reports
+            # as the mesh the process first bound to those devices (maybe abstract, maybe named); assign
+            # takes only the variable's own layout, so place the result there first (no data moves).
+            target.assign(relayout(self.add(target.value, delta), target.layout))
+            return True
+        return False
+
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """``fn`` under the framework's compiler (``jax.jit``, ``tf.function``, ``torch.compile``),
         or ``None`` where the framework has none (the NumPy reference driver)."""
@@ -120,18 +165,62 @@ class ConformanceAdapter:
         return tensor
 
 
+_registered: dict[str, type[ConformanceAdapter] | str] = {}
+_lock = threading.Lock()
+
+
+def register_adapter(driver_name: str, adapter: type[ConformanceAdapter] | str) -> None:
+    """Use ``adapter`` (a class, or ``"module:Class"``) for the driver named ``driver_name``, and for its
+    subclasses that find no adapter of their own: the run-time twin of the entry-point group."""
+    with _lock:
+        _registered[driver_name] = adapter
+
+
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ADAPTER_GROUP)}
+
+
+def adapter_path(driver: Driver) -> str:
+    """``"module:Class"`` (or the class's qualified name) of the adapter :func:`load_adapter` picks; ``""`` if none."""
+    found = _find(driver)
+    if found is None:
+        return ""
+    return found if isinstance(found, str) else f"{found.__module__}:{found.__qualname__}"
+
+
+def _find(driver: Driver) -> type[ConformanceAdapter] | str | None:
+    # The driver's own name first, then the names its base classes register under (a subclass of the
+    # torch driver is read with torch's adapter unless it registers its own).
+    names = [driver.name] + [getattr(cls, "name", "") for cls in type(driver).__mro__]
+    points = _entry_points()
+    for name in names:
+        if not isinstance(name, str) or not name:
+            continue
+        with _lock:
+            if name in _registered:
+                return _registered[name]
+        if name in points:
+            return points[name]
+    return None
+
+
 def load_adapter(driver: Driver) -> ConformanceAdapter:
-    """Instantiate the adapter that ``driver.conformance_adapter`` names.
+    """Instantiate the adapter registered for ``driver`` (see :func:`register_adapter` and :data:`ADAPTER_GROUP`).
 
     Raises:
-        LookupError: the driver names no adapter, or it cannot be imported.
+        LookupError: no adapter is registered for the driver's name nor its base classes' names.
+        ImportError: the registered ``"module:Class"`` cannot be imported.
     """
-    path = getattr(driver, "conformance_adapter", "")
-    if not path:
+    found = _find(driver)
+    if found is None:
         raise LookupError(
-            f"Driver {driver.name!r} declares no conformance_adapter ('module:Class'); the suite needs one to read "
-            "per-device data through the framework's own calls."
+            f"No conformance adapter is registered for driver {driver.name!r}: register a ConformanceAdapter "
+            f"subclass under {driver.name!r} in the {ADAPTER_GROUP!r} entry-point group (or call "
+            "layoutcore_conformance.register_adapter); the suite needs one to read per-device data through the "
+            "framework's own calls."
         )
-    module_name, _, attr = path.partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cls(driver)  # type: ignore[no-any-return]
+    if isinstance(found, str):
+        module_name, _, attr = found.partition(":")
+        found = getattr(importlib.import_module(module_name), attr)
+    assert isinstance(found, type) and issubclass(found, ConformanceAdapter), found
+    return found(driver)

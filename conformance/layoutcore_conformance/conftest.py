@@ -8,6 +8,7 @@ The suite runs against whichever driver ``layoutcore.get_driver()`` gives, i.e. 
   CI failure reproduces), no deadline (a framework's first call compiles).
 * ``dev``: 60 random examples per property, with the example database.
 * ``thorough``: 1000 random examples per property.
+* ``fuzz``: 2000 random examples per property, and 2000 operation sequences in the model-based test.
 * ``smoke``: 10 derandomized examples per property, no shrinking: a quick first look at a new
   driver (and what the suite's own meta-test uses, where only pass/fail matters).
 """
@@ -24,7 +25,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 import layoutcore as lc
 
-from .adapter import ConformanceAdapter, load_adapter
+from .adapter import ConformanceAdapter, adapter_path, load_adapter
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
 #: A test still running after this many seconds (``LAYOUTCORE_CONFORMANCE_HANG_S`` overrides it;
@@ -47,6 +48,7 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("fuzz", max_examples=2000, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile(
     "smoke",
     max_examples=10,
@@ -91,11 +93,11 @@ def _header_lines() -> list[str]:
     except lc.LayoutcoreError as exc:  # every test then errors with the same message
         return [f"layoutcore conformance: driver {name!r} UNAVAILABLE: {exc}"]
     declared = sorted(c.value for c in driver.capabilities)
-    lacking = sorted(c.value for c in lc.Capability if c not in driver.capabilities)
+    lacking = sorted(c.value for c in lc.driver.Capability if c not in driver.capabilities)
     devices = driver.list_devices()
     return [
         f"layoutcore conformance: driver {driver.name!r} ({type(driver).__module__}.{type(driver).__qualname__}), "
-        f"adapter {driver.conformance_adapter or '(none)'}",
+        f"adapter {adapter_path(driver) or '(none)'}",
         f"  capabilities: {', '.join(declared) or '(none)'}; refusals checked for: {', '.join(lacking) or '(none)'}",
         f"  devices ({len(devices)}): {', '.join(devices)}",
         f"  hypothesis profile: {settings.get_current_profile_name()}, max_examples={settings().max_examples}",
@@ -156,13 +158,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def driver() -> lc.Driver:
+def driver() -> lc.driver.Driver:
     """The driver under test: the active one (``LAYOUTCORE_DRIVER``), which the module-level
     functions the tests call dispatch to."""
     return lc.get_driver()
 
 
 @pytest.fixture(scope="session")
-def adapter(driver: lc.Driver) -> ConformanceAdapter:
-    """The driver's raw-data adapter (``Driver.conformance_adapter``)."""
+def adapter(driver: lc.driver.Driver) -> ConformanceAdapter:
+    """The driver's raw-data adapter (registered in the ``layoutcore.conformance_adapters`` entry-point group)."""
     return load_adapter(driver)

@@ -48,6 +48,25 @@ class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
     def subtract(self, a: Any, b: Any) -> Any:
         return a - b
 
+    #: jax.numpy adds every numeric dtype, unsigned and float8 included (not bool).
+    arithmetic_dtypes = frozenset(
+        {
+            "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+            "float32", "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+        }
+    )  # fmt: skip
+
+    def add_inplace(self, target: Any, delta: Any) -> bool:
+        """JAX arrays are immutable: a Variable takes ``value.at[...].add(delta)`` (JAX's functional in-place
+        update) through ``assign``; a distributed array is left alone (``False``)."""
+        from layoutcore import Variable, relayout
+
+        if not isinstance(target, Variable):
+            return False
+        # relayout: the result's layout is read on the concrete mesh (see ConformanceAdapter.add_inplace).
+        target.assign(relayout(target.value.at[...].add(delta), target.layout))
+        return True
+
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         import jax
 

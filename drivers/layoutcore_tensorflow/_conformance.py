@@ -45,6 +45,16 @@ class TensorFlowAdapter(ConformanceAdapter):
     def subtract(self, a: Any, b: Any) -> Any:
         return a - b
 
+    def add_inplace(self, target: Any, delta: Any) -> bool:
+        """A Variable's ``DVariable.assign_add(delta)`` (TF's own in-place update); DTensors themselves are
+        immutable (``False``)."""
+        from layoutcore import Variable
+
+        if not isinstance(target, Variable):
+            return False
+        target.handle.assign_add(delta)
+        return True
+
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """``tf.function(fn)``, called with every plain tensor argument made a replicated DTensor.
 

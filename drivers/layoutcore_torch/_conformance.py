@@ -47,9 +47,16 @@ class TorchAdapter(ConformanceAdapter):
         return [(f"{kind}:{r}", _numpy(local)) for r in grid if r == me]
 
     def from_numpy(self, array: np.ndarray) -> Any:
+        """``torch.from_numpy`` of a copy; bfloat16 and float8 (ml_dtypes, which NumPy's buffer protocol does not
+        name to torch) travel as their same-width integer bits and are viewed back as torch's dtype."""
         import torch
 
-        return torch.from_numpy(np.array(array))
+        array = np.array(array)
+        special = _VIEWED.get(array.dtype.name)
+        if special is None:
+            return torch.from_numpy(array)
+        bits, torch_name = special
+        return torch.from_numpy(array.view(bits)).view(getattr(torch, torch_name))
 
     def ones_fn(self) -> Callable[..., Any]:
         import torch
@@ -70,6 +77,19 @@ class TorchAdapter(ConformanceAdapter):
 
         with self._spmd(target), torch.no_grad():  # a Variable's value is a Parameter that may require grad
             target.sub_(value)
+        return True
+
+    # arithmetic_dtypes: the default; torch 2.13 has no CPU addition for uint16/32/64 or float8 ("add_stub").
+
+    def add_inplace(self, target: Any, delta: Any) -> bool:
+        """``Tensor.add_`` on the DTensor itself, or on a Variable's DTensor Parameter (what an optimizer updates)."""
+        import torch
+
+        from layoutcore import Variable
+
+        tensor = target.value if isinstance(target, Variable) else target
+        with self._spmd(tensor), torch.no_grad():
+            tensor.add_(delta)
         return True
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
@@ -129,9 +149,26 @@ class TorchAdapter(ConformanceAdapter):
             return tensor.redistribute(tensor.device_mesh, placements)
 
 
+#: NumPy (ml_dtypes) dtype name -> (same-width integer NumPy dtype, torch dtype name): the dtypes whose
+#: bits cross between torch and NumPy through an integer view.
+_VIEWED = {
+    "bfloat16": (np.dtype("int16"), "bfloat16"),
+    "float8_e4m3fn": (np.dtype("uint8"), "float8_e4m3fn"),
+    "float8_e5m2": (np.dtype("uint8"), "float8_e5m2"),
+}
+
+
 def _numpy(tensor: Any) -> np.ndarray:
+    """A copy of a plain torch tensor's data in its own dtype (ml_dtypes' for bfloat16 and float8), bit for bit:
+    never through a float conversion, which would widen the dtype."""
     import torch
 
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.float()
-    return np.array(tensor.cpu().numpy())
+    tensor = tensor.detach().cpu()
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name in _VIEWED:
+        import ml_dtypes
+
+        bits, _ = _VIEWED[name]
+        raw = tensor.view(torch.int16 if bits.itemsize == 2 else torch.uint8).numpy()
+        return np.array(raw.view(getattr(ml_dtypes, name)))
+    return np.array(tensor.numpy())

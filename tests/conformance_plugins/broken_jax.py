@@ -12,6 +12,8 @@ so a mutant keeps its defect whatever the real driver's internals become:
   cannot show; what can is their sharing the caller's buffer: on CPU, ``device_put`` aliases a
   64-byte-aligned array (every replica, and every aligned block, points into it), so the caller's later
   writes show through the "snapshot".
+* ``jax-widened-bfloat16``: declares bfloat16 (the real driver's ``supported_dtypes``) but holds a bfloat16
+  value as float32 (the value right, the dtype widened): what ``jnp.asarray(x, jnp.float32)`` on the way in does.
 """
 
 from __future__ import annotations
@@ -86,7 +88,16 @@ class SharedInputJax(JaxDriver):
         return jax.device_put(value, native_sharding(layout, devices))
 
 
-MUTANTS = (ReversedDevicesJax, SwappedPlacementsJax, LyingFetchJax, SharedInputJax)
+class WidenedBfloat16Jax(JaxDriver):
+    name = "jax-widened-bfloat16"
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        if str(value.dtype) == "bfloat16":
+            value = value.astype(np.float32)  # the defect: numpy and jax arrays alike
+        return super().native_distribute(value, layout, devices)
+
+
+MUTANTS = (ReversedDevicesJax, SwappedPlacementsJax, LyingFetchJax, SharedInputJax, WidenedBfloat16Jax)
 
 for _cls in MUTANTS:
-    lc.register_driver(_cls.name, _cls, replace=True)
+    lc.driver.register_driver(_cls.name, _cls, replace=True)

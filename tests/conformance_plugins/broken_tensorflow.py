@@ -12,6 +12,8 @@ real driver's internals become:
   ``input_aliasing = "snapshot"``. DTensors are immutable, so replicas sharing storage with each other
   cannot show; what can is their sharing the caller's buffer: TF aliases a 64-byte-aligned array, so the
   caller's later writes show through the "snapshot".
+* ``tensorflow-narrowed-float64``: declares float64 but holds a float64 value as float32 (``tf.cast`` on the
+  way in): 1/3 and the subnormals change, and the dtype too.
 """
 
 from __future__ import annotations
@@ -89,7 +91,24 @@ class SharedInputTensorFlow(TensorFlowDriver):
         return place(value, layout, devices)
 
 
-MUTANTS = (ReversedDevicesTensorFlow, SwappedPlacementsTensorFlow, LyingFetchTensorFlow, SharedInputTensorFlow)
+class NarrowedFloat64TensorFlow(TensorFlowDriver):
+    name = "tensorflow-narrowed-float64"
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        import tensorflow as tf
+
+        if str(getattr(value.dtype, "name", value.dtype)) == "float64":
+            value = tf.cast(value, tf.float32)  # the defect
+        return super().native_distribute(value, layout, devices)
+
+
+MUTANTS = (
+    ReversedDevicesTensorFlow,
+    SwappedPlacementsTensorFlow,
+    LyingFetchTensorFlow,
+    SharedInputTensorFlow,
+    NarrowedFloat64TensorFlow,
+)
 
 for _cls in MUTANTS:
-    lc.register_driver(_cls.name, _cls, replace=True)
+    lc.driver.register_driver(_cls.name, _cls, replace=True)

@@ -9,7 +9,11 @@ torch's own API (``DeviceMesh``, ``distribute_tensor``, ``DTensor.from_local`` a
 * ``torch-swapped-placements``: the placements are swapped end for end (``x`` <-> ``y``).
 * ``torch-lying-fetch``: ``native_fetch_layout`` reads every tensor as replicated.
 * ``torch-shared-replicas``: the simulated ranks that hold the same block share one tensor, so an
-  in-place update runs once per replica on the same storage (the driver's defect of issue 8, item 3).
+  in-place update runs once per replica on the same storage.
+* ``torch-narrowed-int64``: declares int64 but holds an int64 value as int32 (``2**40`` wraps).
+* ``torch-one-replica-inplace``: a Variable's ``value`` is a DTensor whose first replica of each block is
+  the Variable's own storage and whose other replicas are copies, so an in-place update through it
+  (``v.value.add_(d)``, as an optimizer does) reaches one replica only; ``assign`` and reads look right.
 """
 
 from __future__ import annotations
@@ -108,7 +112,52 @@ class SharedReplicasTorch(TorchDriver):
             )
 
 
-MUTANTS = (ReversedDevicesTorch, SwappedPlacementsTorch, LyingFetchTorch, SharedReplicasTorch)
+class NarrowedInt64Torch(TorchDriver):
+    name = "torch-narrowed-int64"
+
+    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+        import torch
+
+        if str(value.dtype) in ("int64", "torch.int64"):
+            value = value.to(torch.int32) if isinstance(value, torch.Tensor) else value.astype("int32")  # the defect
+        return super().native_distribute(value, layout, devices)
+
+
+class OneReplicaInplaceTorch(TorchDriver):
+    name = "torch-one-replica-inplace"
+
+    def variable_read(self, handle: Any) -> Any:
+        from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+        from torch.distributed.tensor import DTensor
+
+        param = super().variable_read(handle)
+        per_rank = param._local_tensor._local_tensors  # the stored tensors, read without dispatching an op
+        ranks = [int(r) for r in param.device_mesh.mesh.flatten().tolist()]
+        blocks = self.native_fetch_layout(param).offset_to_shard()
+        first: dict[tuple[int, ...], int] = {}
+        local = {}
+        for rank, block in zip(ranks, blocks, strict=True):
+            own = per_rank[rank].detach()
+            local[rank] = own if first.setdefault(block, rank) == rank else own.clone()  # the defect: a copy
+        with LocalTensorMode(len(local)):
+            return DTensor.from_local(
+                LocalTensor(local),
+                param.device_mesh,
+                param.placements,
+                run_check=False,
+                shape=param.shape,
+                stride=param.stride(),
+            )
+
+
+MUTANTS = (
+    ReversedDevicesTorch,
+    SwappedPlacementsTorch,
+    LyingFetchTorch,
+    SharedReplicasTorch,
+    NarrowedInt64Torch,
+    OneReplicaInplaceTorch,
+)
 
 for _cls in MUTANTS:
-    lc.register_driver(_cls.name, _cls, replace=True)
+    lc.driver.register_driver(_cls.name, _cls, replace=True)
