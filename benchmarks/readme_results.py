@@ -39,7 +39,7 @@ class Row:
     """One measure: its label, its target in words, and how to read it from one result file."""
 
     label: str
-    target: str
+    target: str | Callable[[Data], str]  # words, or read from the first result file
     cell: Callable[[Data], Cell]
 
 
@@ -159,6 +159,15 @@ def _side_by_side(op: str, size: str, **extra: Any) -> Callable[[Data], Cell]:
     return cell
 
 
+def _size_target(size: str) -> Callable[[Data], str]:
+    """The target of bench_jax / bench_tensorflow for ``size``, from the file's ``targets``."""
+    return lambda d: f"≤ {d['targets'][size]:g}x"
+
+
+def _torch_target(size: str, ours: str, torch: str) -> Callable[[Data], str]:
+    return lambda d: f"≤ {_find(d['rows'], size=size, ours=ours, torch=torch)['target']:g}x"
+
+
 def _tf_step(size: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size)
@@ -201,7 +210,9 @@ def _relayout_bytes(case: str) -> Callable[[Data], Cell]:
         r = d["cases"][case]
         if "refused" in r:
             return f"refused ({r['refused']})", None
-        return f"{r['moved_bytes'] / max(r['floor_bytes'], 1):.2f}x floor ({r['moved_bytes'] // 1024} KiB)", None
+        if r["floor_bytes"] == 0:
+            return f"{r['moved_bytes']} B moved (floor 0)", None
+        return f"{r['moved_bytes'] / r['floor_bytes']:.2f}x floor ({r['moved_bytes'] // 1024} KiB)", None
 
     return cell
 
@@ -213,6 +224,7 @@ _TORCH_PAIRS = (
 )
 _RELAYOUT_CASES = (
     "x → None (all-gather)",
+    "None → x (slice)",
     "S0 → S1 (x,None → None,x)",
     "(x,y) → (y,x) on 4x2",
     "uneven S0 → S1 (500x500 on 8)",
@@ -269,8 +281,8 @@ TABLES: tuple[Table, ...] = (
         "bench_jax",
         (("bench_jax.json", "wall time"),),
         tuple(
-            Row(f"`{op}` {size} / `jax.device_put`", f"≤ {target}x", _side_by_side(op, size))
-            for size, target in (("64 MiB", "1.10"), ("1 KiB", "2"))
+            Row(f"`{op}` {size} / `jax.device_put`", _size_target(size), _side_by_side(op, size))
+            for size in ("64 MiB", "1 KiB")
             for op in ("distribute_tensor", "relayout")
         ),
     ),
@@ -287,8 +299,8 @@ TABLES: tuple[Table, ...] = (
         "bench_tensorflow",
         (("bench_tensorflow.json", "wall time"),),
         tuple(
-            Row(f"`{op}` {size} `{layout}` / DTensor", f"≤ {target}x", _side_by_side(op, size, layout=layout))
-            for size, target in (("64 MiB", "1.10"), ("1 KiB", "2"))
+            Row(f"`{op}` {size} `{layout}` / DTensor", _size_target(size), _side_by_side(op, size, layout=layout))
+            for size in ("64 MiB", "1 KiB")
             for op, layout in (
                 ("distribute_tensor", "('x', 'y')"),
                 ("relayout", "('x', 'y')->('y', None)"),
@@ -309,8 +321,8 @@ TABLES: tuple[Table, ...] = (
         "bench_torch",
         (("bench_torch.json", "CPU time"), ("bench_torch.wall.json", "wall time")),
         tuple(
-            Row(f"`{ours}` / {torch}, {size}", f"≤ {target}x", _torch(size, ours, torch))
-            for size, target in (("64MiB", "1.10"), ("1KiB", "2"))
+            Row(f"`{ours}` / {torch}, {size}", _torch_target(size, ours, torch), _torch(size, ours, torch))
+            for size in ("64MiB", "1KiB")
             for ours, torch in _TORCH_PAIRS
         ),
     ),
@@ -363,11 +375,12 @@ def render(table: Table) -> str:
     head = ["Measure", "Target"] + [f"{heading}, {statistic_words(data)} (`{name}`)" for name, heading, data in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in table.rows:
+        target = row.target if isinstance(row.target, str) else row.target(columns[0][2])
         cells = []
         for _, _, data in columns:
             text, met = row.cell(data)
             cells.append(text + ("" if met is None or met else " **MISSED**"))
-        lines.append("| " + " | ".join([row.label, row.target, *cells]) + " |")
+        lines.append("| " + " | ".join([row.label, target, *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 
