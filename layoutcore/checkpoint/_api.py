@@ -578,6 +578,7 @@ def _plan_all(
     process_devices: Any = None,
     driver: Any = None,
     granularity: str = "exact",
+    with_copies: bool = True,
 ) -> tuple[dict[str, Any], list[_TensorLoad], int]:
     meta, meta_bytes = _read_meta(path)
     info = _info_from_meta(path, meta)
@@ -592,7 +593,7 @@ def _plan_all(
         index: dict[Any, int] = {}
         box_of = [index.setdefault(b, len(index)) for b in boxes]
         stored = _stored(p, meta["tensors"][p], saved)
-        reads = plan_tensor(stored, list(index), granularity=granularity)  # type: ignore[arg-type]
+        reads = plan_tensor(stored, list(index), granularity=granularity, with_copies=with_copies)  # type: ignore[arg-type]
         plans.append(_TensorLoad(p, saved, layout, positions, box_of, reads))
     return meta, plans, meta_bytes
 
@@ -625,7 +626,9 @@ def read_plan(
         from ._foreign import read_plan as foreign_plan
 
         return foreign_plan(foreign, target, process_devices=devices)  # type: ignore[no-any-return]
-    _, plans, meta_bytes = _plan_all(target_path, target, process_devices=devices, granularity=granularity)
+    _, plans, meta_bytes = _plan_all(
+        target_path, target, process_devices=devices, granularity=granularity, with_copies=False
+    )
     per_file: dict[str, list[np.ndarray[Any, Any]]] = {}
     tensors = {}
     floor = 0

@@ -192,14 +192,23 @@ def _distinct_boxes(boxes: Iterable[Box]) -> tuple[Box, ...]:
     return tuple(seen)
 
 
-def plan_tensor(tensor: StoredTensor, boxes: Iterable[Box], *, granularity: Granularity = "exact") -> TensorReads:
+def plan_tensor(
+    tensor: StoredTensor,
+    boxes: Iterable[Box],
+    *,
+    granularity: Granularity = "exact",
+    with_copies: bool = True,
+) -> TensorReads:
     """The byte runs that give every needed box of ``tensor``, each byte once.
 
     Args:
         tensor: the stored tensor.
-        boxes: the boxes the process's devices need (duplicates, e.g. replicas, count once).
+        boxes: the boxes the process's devices need: blocks of one layout, so two boxes are
+            either identical (replicas, counted once) or disjoint.
         granularity: ``"exact"`` reads only the needed runs; ``"piece"`` reads every touched
             piece whole (what whole-chunk readers do).
+        with_copies: also list, per piece, which box parts it fills (a loader needs them; a
+            plan does not, and skips the per-intersection work for pieces needed whole).
 
     Returns:
         TensorReads; ``uncovered`` lists the needed boxes that the pieces do not cover entirely
@@ -209,30 +218,35 @@ def plan_tensor(tensor: StoredTensor, boxes: Iterable[Box], *, granularity: Gran
     item = tensor.itemsize
     rank = len(tensor.shape)
     floor = sum(math.prod(sizes) for _, sizes in needed) * item
-    if not tensor.pieces or not needed:
-        return TensorReads(tensor, needed, (), floor, tuple(i for i, b in enumerate(needed) if math.prod(b[1])))
-    p_start = np.array([p.start for p in tensor.pieces], dtype=np.int64).reshape(len(tensor.pieces), rank)
-    p_shape = np.array([p.shape for p in tensor.pieces], dtype=np.int64).reshape(len(tensor.pieces), rank)
-    limit = np.array(tensor.shape, dtype=np.int64)
-    p_stop = np.minimum(p_start + p_shape, limit)
-    per_piece: dict[int, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
-    covered = np.zeros(len(needed), dtype=np.int64)
-    for b, (offsets, sizes) in enumerate(needed):
-        if math.prod(sizes) == 0:
-            continue
-        lo = np.maximum(p_start, np.array(offsets, dtype=np.int64))
-        hi = np.minimum(p_stop, np.array(offsets, dtype=np.int64) + np.array(sizes, dtype=np.int64))
-        hit = np.nonzero(np.all(hi > lo, axis=1))[0] if rank else np.arange(len(tensor.pieces))
-        for j in hit.tolist():
-            a, z = tuple(lo[j].tolist()), tuple(hi[j].tolist())
-            covered[b] += math.prod(e - s for s, e in zip(a, z, strict=True))
-            per_piece.setdefault(j, []).append((b, a, z))
-    uncovered = tuple(b for b, (_, sizes) in enumerate(needed) if covered[b] < math.prod(sizes))
+    nonempty = [b for b, (_, sizes) in enumerate(needed) if math.prod(sizes)]
+    if not tensor.pieces or not nonempty:
+        return TensorReads(tensor, needed, (), floor, tuple(nonempty))
+    n_p = len(tensor.pieces)
+    p_start = np.array([p.start for p in tensor.pieces], dtype=np.int64).reshape(n_p, rank)
+    p_shape = np.array([p.shape for p in tensor.pieces], dtype=np.int64).reshape(n_p, rank)
+    p_stop = np.minimum(p_start + p_shape, np.array(tensor.shape, dtype=np.int64))
+    b_start = np.array([needed[b][0] for b in nonempty], dtype=np.int64).reshape(len(nonempty), rank)
+    b_stop = b_start + np.array([needed[b][1] for b in nonempty], dtype=np.int64).reshape(len(nonempty), rank)
+    lo = np.maximum(p_start[None, :, :], b_start[:, None, :])  # (boxes, pieces, rank)
+    hi = np.minimum(p_stop[None, :, :], b_stop[:, None, :])
+    vol = np.prod(np.clip(hi - lo, 0, None), axis=2)  # elements of each intersection
+    box_vol = np.prod(b_stop - b_start, axis=1)
+    uncovered = tuple(nonempty[i] for i in np.nonzero(vol.sum(axis=1) < box_vol)[0].tolist())
+    piece_in = np.prod(p_stop - p_start, axis=1)
+    touched = np.nonzero(vol.sum(axis=0) > 0)[0].tolist()
+    full = (vol.sum(axis=0) >= piece_in).tolist()
     out: list[PieceReads] = []
-    for j in sorted(per_piece):
-        piece, copies = tensor.pieces[j], per_piece[j]
+    for j in touched:
+        piece = tensor.pieces[j]
+        copies: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+        if with_copies or not (full[j] or granularity == "piece"):
+            hits = np.nonzero(vol[:, j])[0].tolist()
+            copies = tuple((nonempty[i], tuple(lo[i, j].tolist()), tuple(hi[i, j].tolist())) for i in hits)
         if granularity == "piece":
             runs = _c_runs(piece.shape, (0,) * rank, piece.shape, piece.offset, item)
+        elif full[j]:
+            inside = tuple((p_stop[j] - p_start[j]).tolist())
+            runs = _c_runs(piece.shape, (0,) * rank, inside, piece.offset, item)
         else:
             parts = [
                 _c_runs(
@@ -247,14 +261,18 @@ def plan_tensor(tensor: StoredTensor, boxes: Iterable[Box], *, granularity: Gran
             runs = parts[0] if len(parts) == 1 else merge_ranges(np.concatenate(parts))
         whole = _covers_whole_piece(runs, piece, item)
         if whole and piece.crc32c_at is not None:
-            runs = merge_ranges(np.concatenate([runs, np.array([[piece.crc32c_at, CRC_BYTES]], dtype=np.int64)]))
-        out.append(PieceReads(j, runs, whole, tuple(copies)))
+            if piece.crc32c_at == piece.offset + math.prod(piece.shape) * item:
+                runs = np.array([[piece.offset, int(runs[0, 1]) + CRC_BYTES]], dtype=np.int64)
+            else:
+                crc = np.array([[piece.crc32c_at, CRC_BYTES]], dtype=np.int64)
+                runs = merge_ranges(np.concatenate([runs, crc]))
+        out.append(PieceReads(j, runs, whole, copies))
     return TensorReads(tensor, needed, tuple(out), floor, uncovered)
 
 
 def _covers_whole_piece(runs: np.ndarray[Any, Any], piece: StoredPiece, item: int) -> bool:
     nbytes = math.prod(piece.shape) * item
-    return len(runs) == 1 and int(runs[0, 0]) == piece.offset and int(runs[0, 1]) == nbytes
+    return len(runs) == 1 and int(runs[0, 0]) == piece.offset and int(runs[0, 1]) >= nbytes
 
 
 def read_boxes(

@@ -81,11 +81,22 @@ def stored(draw: st.DrawFn) -> tuple[np.ndarray, StoredTensor, list[tuple[tuple[
     for k in order:
         pieces.append(StoredPiece("f.bin", offset, starts[k], chunk, None))
         offset += math.prod(chunk) * 2 + draw(st.integers(0, 3))
-    boxes = []
-    for _ in range(draw(st.integers(1, 4))):
-        lo = tuple(draw(st.integers(0, n - 1)) for n in shape)
-        size = tuple(draw(st.integers(0, n - a)) for a, n in zip(lo, shape, strict=True))
-        boxes.append((lo, size))
+    # needed boxes are one layout's blocks (ceil chunk rule per axis): identical or disjoint
+    blocks = [draw(st.integers(1, n + 1)) for n in shape]
+    per_axis = [
+        [(min(i * -(-n // k), n), min((i + 1) * -(-n // k), n)) for i in range(k)]
+        for n, k in zip(shape, blocks, strict=True)
+    ]
+    grid_boxes = [
+        (tuple(a for a, _ in combo), tuple(b - a for a, b in combo))
+        for combo in (
+            np.array(np.meshgrid(*[range(len(x)) for x in per_axis], indexing="ij")).reshape(rank, -1).T
+            if rank
+            else [()]
+        )
+        for combo in [[per_axis[d][i] for d, i in enumerate(combo)]]
+    ]
+    boxes = draw(st.lists(st.sampled_from(grid_boxes), min_size=1, max_size=6))
     value = np.arange(math.prod(shape), dtype=np.int16).reshape(shape)
     return value, StoredTensor("t", shape, "int16", tuple(pieces)), boxes
 

@@ -1,0 +1,244 @@
+"""layoutcore.checkpoint against the physical bounds, NumPy driver, contenders interleaved.
+
+    python benchmarks/bench_checkpoint.py [--quick] [--out results/bench_checkpoint.json]
+
+* **save** vs ``ndarray.tofile`` of the same blocks (one file per block, the bytes a save must
+  write): throughput ratio ``tofile_s / save_s`` (target >= 0.8). Both without fsync (page cache),
+  and ``save(sync=True)`` vs ``tofile`` + ``fsync``.
+* **load into another layout** (rows over 8 -> columns over 8) vs ``np.fromfile`` of every shard
+  file (the same bytes): ``fromfile_s / load_s`` (target >= 0.8), warm page cache.
+* **peak extra RSS during load** beyond the loaded data (target <= one target shard + 64 MiB),
+  sampled from ``/proc/self/statm`` by a thread.
+* **read_plan** for 10 000 tensors on a 1 024-device mesh (32 x 32), target < 2 s.
+* **bytes / floor** for the 7 relayout cases of ``bench_relayout_bytes.py`` done through a
+  checkpoint, every device as its own process (``process_devices=[d]``): layoutcore's exact reads,
+  undeclared and declared (``read_layouts``), and what a whole-chunk reader (TensorStore /
+  Orbax's default of one chunk per saved block) reads.
+
+Statistic: the minimum over repetitions (the least disturbed run on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
+
+import layoutcore as lc
+from layoutcore import Layout, Mesh, checkpoint
+from layoutcore.checkpoint import _api as ck_api
+from layoutcore.checkpoint._format import FORMAT_NAME, FORMAT_VERSION
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MESH8 = Mesh((8,), ("x",))
+ROWS = Layout(("x", None), MESH8)
+COLS = Layout((None, "x"), MESH8)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _state(total: int, n: int) -> dict[str, Any]:
+    rows = int(np.sqrt(total // 4 // n))
+    rows -= rows % 8
+    rng = np.random.default_rng(0)
+    return {f"t{i}": lc.distribute_tensor(rng.standard_normal((rows, rows), dtype=np.float32), ROWS) for i in range(n)}
+
+
+def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]:
+    tree = _state(total, n)
+    nbytes = sum(int(np.prod(t.shape)) * 4 for t in tree.values())
+    times: dict[str, list[float]] = {k: [] for k in ("tofile", "save", "save_declared", "tofile_fsync", "save_sync")}
+
+    def tofile(dst: Path, sync: bool) -> None:
+        dst.mkdir()
+        for name, t in tree.items():
+            for i, comp in enumerate(lc.unpack(t)):
+                f = dst / f"{name}.{i}"
+                np.asarray(comp).tofile(f)
+                if sync:
+                    fd = os.open(f, os.O_RDONLY)
+                    os.fsync(fd)
+                    os.close(fd)
+
+    contenders = {
+        "tofile": lambda d: tofile(d, False),
+        "save": lambda d: checkpoint.save(d, tree),
+        "save_declared": lambda d: checkpoint.save(d, tree, read_layouts={k: COLS for k in tree}),
+        "tofile_fsync": lambda d: tofile(d, True),
+        "save_sync": lambda d: checkpoint.save(d, tree, sync=True),
+    }
+    for r in range(reps):
+        for name, fn in contenders.items():
+            d = root / f"{name}-{r}"
+            start = time.perf_counter()
+            fn(d)
+            times[name].append(time.perf_counter() - start)
+            if not (name == "save" and r == reps - 1) and not (name == "save_declared" and r == reps - 1):
+                shutil.rmtree(d)
+            if name == "tofile" and r == reps - 1:
+                pass
+    saved, declared = root / f"save-{reps - 1}", root / f"save_declared-{reps - 1}"
+    # load into columns vs np.fromfile of the same files (warm page cache for both)
+    files = [saved / f for f in checkpoint.inspect(saved).files if "/c/" in f]
+    target = {k: COLS for k in tree}
+    load_t: dict[str, list[float]] = {"fromfile": [], "load": [], "load_declared": []}
+    for _ in range(reps):
+        start = time.perf_counter()
+        for f in files:
+            np.fromfile(f, dtype=np.uint8)
+        load_t["fromfile"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        checkpoint.load(saved, target)
+        load_t["load"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        checkpoint.load(declared, target)
+        load_t["load_declared"].append(time.perf_counter() - start)
+    # peak RSS during a load, beyond the loaded data
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.002)
+
+    base = _rss()
+    th = threading.Thread(target=sample)
+    th.start()
+    out = checkpoint.load(saved, target)
+    stop.set()
+    th.join()
+    extra = peak[0] - base - nbytes
+    target_shard = nbytes // n // 8
+    del out
+    best = {k: min(v) for k, v in {**times, **load_t}.items()}
+    return {
+        "state_bytes": nbytes,
+        "tensors": n,
+        "seconds": best,
+        "save_vs_tofile": best["tofile"] / best["save"],
+        "save_declared_vs_tofile": best["tofile"] / best["save_declared"],
+        "save_sync_vs_tofile_fsync": best["tofile_fsync"] / best["save_sync"],
+        "load_vs_fromfile": best["fromfile"] / best["load"],
+        "load_declared_vs_fromfile": best["fromfile"] / best["load_declared"],
+        "save_GBps": nbytes / best["save"] / 1e9,
+        "load_GBps": nbytes / best["load"] / 1e9,
+        "peak_extra_rss_bytes": extra,
+        "rss_budget_bytes": target_shard + (64 << 20),
+    }
+
+
+def bench_read_plan_scale(root: Path, n: int) -> dict[str, Any]:
+    """read_plan over metadata written as save writes it (no tensor data is needed to plan)."""
+    mesh = Mesh((32, 32), ("fsdp", "tp"))
+    saved = Layout(("fsdp", None), mesh)
+    path = root / "scale"
+    path.mkdir()
+    entries = {}
+    for i in range(n):
+        spec = lc.TensorSpec((4096, 1024), "bfloat16", saved)
+        storage = ck_api._storage(f"layer{i}/w", spec, None)
+        entries[f"layer{i}/w"] = {
+            "chunk": list(storage.chunk),
+            "node": storage.node,
+            "plain": False,
+            "shard": list(storage.shard),
+            "spec": spec.to_dict(),
+            "storage_dtype": "uint16",
+        }
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "tensors": entries,
+        "total_bytes": 0,
+        "tree": {"t": "dict", "k": [], "c": []},
+        "files": [],
+    }
+    (path / "layoutcore.json").write_text(json.dumps(meta))
+    target = {p: Layout((None, "tp"), mesh) for p in entries}
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        plan = checkpoint.read_plan(path, target)
+        best = min(best, time.perf_counter() - start)
+    one = checkpoint.read_plan(path, target, process_devices=range(8))
+    return {
+        "tensors": n,
+        "mesh": [32, 32],
+        "seconds": best,
+        "read_bytes": plan.read_bytes,
+        "floor_bytes": plan.floor_bytes,
+        "one_process_of_128_amplification": one.amplification,
+    }
+
+
+def bench_relayout_cases(root: Path) -> dict[str, Any]:
+    from bench_relayout_bytes import CASES
+
+    out = {}
+    for i, (case, (source, target, shape)) in enumerate(CASES.items()):
+        value = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        t = lc.distribute_tensor(value, source)
+        und, dec = root / f"case{i}-u", root / f"case{i}-d"
+        checkpoint.save(und, {"w": t})
+        checkpoint.save(dec, {"w": t}, read_layouts={"w": target})
+        row: dict[str, Any] = {}
+        for label, path in (("undeclared", und), ("declared", dec)):
+            for gran in ("exact", "piece"):
+                read = floor = 0
+                for d in range(target.mesh.size):  # type: ignore[union-attr]
+                    plan = checkpoint.read_plan(path, {"w": target}, process_devices=[d], granularity=gran)
+                    read += plan.read_bytes
+                    floor += plan.floor_bytes
+                row[f"{label}_{gran}"] = round(read / floor, 4)
+        assert np.array_equal(lc.to_numpy(checkpoint.load(dec, {"w": target})["w"]), value)
+        out[case] = row
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="128 MiB of state, 2 repetitions, 1 000 tensors to plan")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    total, n, reps, plan_n = (128 << 20, 8, 2, 1000) if args.quick else (1 << 30, 16, 3, 10_000)
+    root = Path(tempfile.mkdtemp(prefix="bench_ckpt_", dir=os.environ.get("BENCH_DIR", "/tmp")))
+    try:
+        result = {
+            "benchmark": "bench_checkpoint",
+            "statistic": "minimum",
+            "quick": args.quick,
+            "load_average": os.getloadavg()[0],
+            "save_load": bench_save_load(root, total, n, reps),
+            "read_plan_scale": bench_read_plan_scale(root, plan_n),
+            "relayout_cases_bytes_over_floor": bench_relayout_cases(root),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = json.dumps(result, indent=1)
+    print(text)
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / ("bench_checkpoint.quick.json" if args.quick else "bench_checkpoint.json")
+    )
+    out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
