@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ._driver import JaxDriver
 
-__all__ = ["hlo_moved_bytes", "native_moved_bytes", "relayout_at_floor"]
+__all__ = ["CollectiveBytes", "hlo_moved_bytes", "native_moved_bytes", "relayout_at_floor"]
 
 _CACHE_SIZE = 256
 _AXIS = "lc_relayout"
@@ -314,11 +314,12 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     return found
 
 
-def _flat_input(program: _Program, tensor: jax.Array) -> jax.Array:
-    """The source shards as one array over the flat mesh (device ``i``'s shard is its block), no copy."""
+def _flat_input(program: _Program, tensor: jax.Array, scalar: bool) -> jax.Array:
+    """The source shards as one array over the flat mesh (device ``i``'s shard is its block), no copy
+    (a scalar's shards as shape ``(1,)``)."""
     import jax
 
-    by_device = {shard.device: shard.data for shard in tensor.addressable_shards}
+    by_device = {shard.device: shard.data.reshape(1) if scalar else shard.data for shard in tensor.addressable_shards}
     arrays = []
     for device, p in zip(program.devices, program.source_of, strict=True):
         if p is None:  # a target device outside the source mesh: it contributes nothing
@@ -337,8 +338,8 @@ def relayout_at_floor(
     where ``device_put`` already moves that (see the module docstring)."""
     import jax
 
-    if driver._multiprocess or tensor.ndim == 0 or math.prod(tensor.shape) == 0:
-        return None  # across processes, and for scalars (one element) and empty arrays: device_put
+    if driver._multiprocess:
+        return None  # across processes: device_put (its collectives span the processes)
     shape = tuple(int(s) for s in tensor.shape)
     source = driver.native_fetch_layout(tensor)
     target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
@@ -348,11 +349,16 @@ def relayout_at_floor(
     native = native_moved_bytes(tensor, sharding)
     if native is not None and native <= floor:
         return None
+    scalar = tensor.ndim == 0  # planned as shape (1,): shard_map splits a leading axis
+    if scalar:
+        source, target, shape = Layout((None,), source.mesh), Layout((None,), target.mesh), (1,)
     program = _program(driver, source, target, shape, dtype)
-    out = program.run(_flat_input(program, tensor))
+    out = program.run(_flat_input(program, tensor, scalar))
     by_device = {shard.device: shard.data for shard in out.addressable_shards}
     arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
-    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+    if scalar:
+        arrays = [a.reshape(()) for a in arrays]
+    return jax.make_array_from_single_device_arrays(tuple(tensor.shape), sharding, arrays)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
@@ -362,3 +368,75 @@ def _floor(source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -
 
 def _dtype_name(dtype: Any) -> str:
     return str(np.dtype(dtype).name) if str(dtype) != "bfloat16" else "bfloat16"
+
+
+# ------------------------------------------------------------------------------------------------
+# Counting what a relayout moves (benchmarks, tests, the conformance suite)
+# ------------------------------------------------------------------------------------------------
+class CollectiveBytes:
+    """Counts the bytes JAX moves between devices while active, from compiled HLO, never from a plan.
+
+    * Every XLA program JAX executes (``pxla.ExecuteReplicated``): the collectives of its compiled
+      HLO, priced by :func:`hlo_moved_bytes`. JAX's C++ dispatch skips Python for programs it has
+      run before, so while a counter is active the counter clears JAX's caches on entry and turns
+      that fast path off: every execution passes here (slow; for tests and benchmarks only).
+    * Every ``jax.device_put`` of a distributed array onto another sharding: the collectives of
+      JAX's compiled identity onto that sharding (:func:`native_moved_bytes`; on CPU ``device_put``
+      copies buffers outside XLA, and this is the program XLA would run for the move).
+      A move it cannot price (different device sets) raises ``RuntimeError``: never a silent 0.
+
+    ``moved`` is the total, ``ops`` one ``"op g=N"`` per collective (``"device_put"`` for the second kind).
+    """
+
+    def __init__(self) -> None:
+        self.moved = 0
+        self.ops: list[str] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> CollectiveBytes:
+        import jax
+        from jax._src import pjit
+        from jax._src.interpreters import pxla
+
+        counter = self
+        execute = pxla.ExecuteReplicated.__call__
+        device_put = jax.device_put
+
+        def counted_execute(self: Any, *args: Any) -> Any:
+            hlo = "\n".join(module.to_string() for module in self.xla_executable.hlo_modules())
+            moved, ops = hlo_moved_bytes(hlo, len(self._local_devices))
+            counter.moved += moved
+            counter.ops += ops
+            return execute(self, *args)
+
+        def counted_device_put(x: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
+            sharding = getattr(x, "sharding", None)
+            if (
+                isinstance(x, jax.Array)
+                and isinstance(device, jax.sharding.Sharding)
+                and sharding is not None
+                and sharding != device
+                and math.prod(x.shape)
+            ):
+                moved = native_moved_bytes(x, device)
+                if moved is None:
+                    raise RuntimeError(f"CollectiveBytes cannot price device_put from {sharding} to {device}")
+                counter.moved += moved
+                counter.ops.append("device_put")
+            return device_put(x, device, *args, **kwargs)
+
+        self._undo = [
+            (pxla.ExecuteReplicated, "__call__", execute),
+            (jax, "device_put", device_put),
+            (pjit, "_get_fastpath_data", pjit._get_fastpath_data),
+        ]
+        jax.clear_caches()
+        pxla.ExecuteReplicated.__call__ = counted_execute  # type: ignore[method-assign]
+        jax.device_put = counted_device_put
+        pjit._get_fastpath_data = lambda *a, **k: None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo = []

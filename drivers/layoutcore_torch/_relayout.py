@@ -174,13 +174,18 @@ def native_is_at_floor(driver: TorchDriver, tensor: Any, source: Layout, target:
 
     Read from torch's redistribute planner (``_gen_transform_infos``, the steps ``redistribute``
     runs), never by running it: each step is priced at the floor of the layout change it makes
-    (``relayout_plan`` between the step's placements), and a collective step over an axis the mesh
-    axis does not divide evenly counts as more (torch pads those). Cached per layouts, shape and dtype.
+    (``relayout_plan`` between the step's placements); a collective step over an axis the mesh axis
+    does not divide evenly counts as more (torch pads those), and so does a Shard -> Shard step on a
+    real CPU group (torch 2.13 all-gathers there: gloo has no all-to-all in DTensor's eyes). Cached
+    per layouts, shape, dtype and kind of group.
     Any planner it cannot read answers ``False`` (the plan runs, which is always right).
     """
     shape = tuple(int(s) for s in tensor.shape)
     dtype = str(tensor.dtype)
-    key = (source, target, shape, dtype)
+    world = driver.world()
+    # torch 2.13 runs Shard -> Shard on a real CPU group (gloo) as all-gather + chunk, not all-to-all.
+    gathers = not world.simulated and world.device_type == "cpu"
+    key = (source, target, shape, dtype, gathers)
     with _LOCK:
         found = _DECISIONS.get(key)
     if found is not None:
@@ -188,7 +193,7 @@ def native_is_at_floor(driver: TorchDriver, tensor: Any, source: Layout, target:
     floor = lc.relayout_plan(source, target, shape, dtype).floor_bytes
     try:
         steps = _torch_steps(driver, tensor, target)
-        cost = _steps_cost(steps, source, shape, dtype)
+        cost = _steps_cost(steps, source, shape, dtype, gathers)
     except Exception:  # a private planner that changed shape: the plan runs (right, and at the floor)
         cost = None
     answer = cost is not None and cost <= floor
@@ -210,7 +215,9 @@ def _torch_steps(driver: TorchDriver, tensor: Any, target: Layout) -> list[tuple
     return [(int(i.mesh_dim), i.src_dst_placements[0], i.src_dst_placements[1]) for i in infos]
 
 
-def _steps_cost(steps: list[tuple[int, Any, Any]], source: Layout, shape: tuple[int, ...], dtype: str) -> int | None:
+def _steps_cost(
+    steps: list[tuple[int, Any, Any]], source: Layout, shape: tuple[int, ...], dtype: str, gathers: bool
+) -> int | None:
     mesh: Mesh = source.mesh  # type: ignore[assignment]
     placements = list(_convert.placements(source))
     current = source
@@ -222,7 +229,9 @@ def _steps_cost(steps: list[tuple[int, Any, Any]], source: Layout, shape: tuple[
         following = _convert.layout_from_placements(placements, mesh, len(shape))
         step = lc.relayout_plan(current, following, shape, dtype).floor_bytes
         collective = before.is_shard()  # Shard -> Replicate (all-gather) or Shard -> Shard (all-to-all)
-        if collective and step:
+        if collective and step and gathers and after.is_shard():
+            step += 1  # an all-gather of the whole group where an all-to-all would do: more than the floor
+        elif collective and step:
             group = mesh.shape[axis]
             dims = {int(before.dim)} | ({int(after.dim)} if after.is_shard() else set())
             if any(_level_size(current, following, d, shape) % group for d in dims):
