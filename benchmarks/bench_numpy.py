@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 import layoutcore as lc
-from layoutcore import _numpy_driver
+from layoutcore.numpy import _driver as _numpy_driver
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MiB = 1 << 20

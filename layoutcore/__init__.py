@@ -7,23 +7,25 @@ JAX, TensorFlow DTensor and PyTorch DTensor. Importing layoutcore imports no fra
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import geometry, propagation
 from ._api import (
     call_with_layout,
     copy_to_mesh,
     distribute_tensor,
     fetch_layout,
+    layout_map_scope,
     list_devices,
     pack,
     relayout,
     to_numpy,
     unpack,
 )
-from ._capabilities import Capability, required_capabilities
-from ._config import CPU_DEVICES_ENV, ConfigurationError, cpu_device_count
-from ._driver import DriverHooks, VariableHandle
+from ._config import ConfigurationError
 from ._errors import (
     AmbiguousLayoutError,
+    CheckpointError,
     DriverNotFoundError,
     DriverUnavailableError,
     LayoutcoreError,
@@ -34,44 +36,32 @@ from ._errors import (
     UnmatchedPathWarning,
     UnsupportedLayoutError,
 )
-from ._frontend import Driver
 from ._layout import UNSHARDED, AxisSpec, Layout, TensorLayout
 from ._layout_map import LayoutMap, MatchReport, current_layout_map
 from ._mesh import DeviceMesh, Mesh, MeshDimension, create_mesh
-from ._numpy_driver import NumpyDriver, ShardedArray
-from ._plan import Plan, PlanEntry, RelayoutPlan, Transfer, plan, relayout_plan
-from ._registry import (
-    DRIVER_ENV,
-    ENTRY_POINT_GROUP,
-    DriverInfo,
+from ._plan import Plan, PlanEntry, plan
+from ._relayout_plan import RelayoutPlan, Transfer, relayout_plan
+from ._tensor_spec import TensorSpec
+from ._trees import distribute_tree, tree_layouts
+from ._variable import DVariable, Variable
+from .driver._registry import (
     active_driver_name,
     available_drivers,
-    driver_infos,
     get_driver,
-    register_driver,
     set_driver,
     use_driver,
 )
-from ._scope import layout_map_scope
-from ._trees import distribute_tree, tree_layouts
-from ._variable import DVariable, Variable
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CPU_DEVICES_ENV",
-    "DRIVER_ENV",
-    "ENTRY_POINT_GROUP",
     "UNSHARDED",
     "AmbiguousLayoutError",
     "AxisSpec",
-    "Capability",
+    "CheckpointError",
     "ConfigurationError",
     "DVariable",
     "DeviceMesh",
-    "Driver",
-    "DriverHooks",
-    "DriverInfo",
     "DriverNotFoundError",
     "DriverUnavailableError",
     "Layout",
@@ -83,29 +73,25 @@ __all__ = [
     "Mesh",
     "MeshDimension",
     "NotDistributedError",
-    "NumpyDriver",
     "Plan",
     "PlanEntry",
     "RelayoutPlan",
-    "ShardedArray",
     "TensorLayout",
+    "TensorSpec",
     "Transfer",
     "UnmatchedPathError",
     "UnmatchedPathWarning",
     "UnsupportedLayoutError",
     "Variable",
-    "VariableHandle",
     "__version__",
     "active_driver_name",
     "available_drivers",
     "call_with_layout",
     "copy_to_mesh",
-    "cpu_device_count",
     "create_mesh",
     "current_layout_map",
     "distribute_tensor",
     "distribute_tree",
-    "driver_infos",
     "fetch_layout",
     "geometry",
     "get_driver",
@@ -114,13 +100,45 @@ __all__ = [
     "pack",
     "plan",
     "propagation",
-    "register_driver",
     "relayout",
     "relayout_plan",
-    "required_capabilities",
     "set_driver",
     "to_numpy",
     "tree_layouts",
     "unpack",
     "use_driver",
 ]
+
+#: Names that moved to the driver-author package (``layoutcore.driver``) or the reference driver's
+#: (``layoutcore.numpy``): still reachable here, with a DeprecationWarning naming the new path.
+_MOVED: dict[str, str] = {
+    "CPU_DEVICES_ENV": "layoutcore.driver",
+    "Capability": "layoutcore.driver",
+    "DRIVER_ENV": "layoutcore.driver",
+    "Driver": "layoutcore.driver",
+    "DriverHooks": "layoutcore.driver",
+    "DriverInfo": "layoutcore.driver",
+    "ENTRY_POINT_GROUP": "layoutcore.driver",
+    "NumpyDriver": "layoutcore.numpy",
+    "ShardedArray": "layoutcore.numpy",
+    "VariableHandle": "layoutcore.driver",
+    "cpu_device_count": "layoutcore.driver",
+    "driver_infos": "layoutcore.driver",
+    "register_driver": "layoutcore.driver",
+    "required_capabilities": "layoutcore.driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module 'layoutcore' has no attribute {name!r}")
+    import importlib
+    import warnings
+
+    warnings.warn(
+        f"layoutcore.{name} moved to {where}.{name}; import it from {where} (the top-level alias will be removed).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(where), name)

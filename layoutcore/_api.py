@@ -3,20 +3,25 @@ distributed tensor, when no ``use_driver``/``set_driver`` is in force, to the va
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._frontend import Driver
+from ._errors import LayoutError
 from ._layout import Layout
-from ._registry import driver_for, get_driver
+from ._layout_map import LayoutMap
+from ._layout_map import layout_map_scope as _map_scope
+from .driver._frontend import Driver
+from .driver._registry import driver_for, get_driver
 
 __all__ = [
     "call_with_layout",
     "copy_to_mesh",
     "distribute_tensor",
     "fetch_layout",
+    "layout_map_scope",
     "list_devices",
     "pack",
     "relayout",
@@ -36,7 +41,7 @@ def distribute_tensor(value: Any, layout: Layout, *, driver: DriverArg = None) -
     """Place a global value (NumPy array, framework tensor, nested list) by ``layout``.
 
     Returns the driver's native distributed tensor (``jax.Array``, TF DTensor, torch DTensor,
-    or :class:`~layoutcore.ShardedArray` for NumPy). A distributed input is relaid out.
+    or :class:`~layoutcore.numpy.ShardedArray` for NumPy). A distributed input is relaid out.
 
     Raises:
         LayoutError: ``layout`` has no mesh, or its rank differs from ``value``'s.
@@ -91,3 +96,22 @@ def call_with_layout(
     Where the framework can, the full value is never materialised on one device.
     """
     return get_driver(driver).call_with_layout(fn, layout, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def layout_map_scope(layout_map: LayoutMap, *, driver: str | None = None) -> Iterator[LayoutMap]:
+    """Within this context, a ``Variable`` with a ``path`` and no layout takes ``layout_map[path]``.
+
+    Where nothing matches, the map's ``on_missing`` applies (by default the variable is fully
+    replicated). Scopes nest; the innermost wins. The active driver (or ``driver=``) enters its
+    own scope too: on the TF driver with tf-keras installed, the variables of tf-keras models
+    built inside take their layouts from the map, keyed as tf-keras keys them (``"d1.kernel"``).
+
+    Raises:
+        LayoutError: ``layout_map`` is not a :class:`LayoutMap`.
+        DriverNotFoundError, DriverUnavailableError: the driver cannot be used.
+    """
+    if not isinstance(layout_map, LayoutMap):
+        raise LayoutError(f"layout_map_scope expects a LayoutMap. Received: {layout_map!r}", value=layout_map)
+    with _map_scope(layout_map) as active, get_driver(driver).enter_layout_map_scope(layout_map):
+        yield active

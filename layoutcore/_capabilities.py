@@ -1,15 +1,14 @@
-"""Driver capabilities and which ones a (layout, shape) pair needs."""
+"""What a driver can express (:class:`Capability`) and refusals that are no capability (:class:`Limitation`).
+
+A leaf module (it imports nothing of layoutcore), so that :class:`~layoutcore.UnsupportedLayoutError`
+can type its ``feature`` with both enums. Driver authors import them from :mod:`layoutcore.driver`.
+"""
 
 from __future__ import annotations
 
 import enum
-import functools
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 
-from ._layout import Layout
-
-__all__ = ["Capability", "required_capabilities"]
+__all__ = ["Capability", "Feature", "Limitation"]
 
 
 class Capability(enum.StrEnum):
@@ -39,48 +38,32 @@ class Capability(enum.StrEnum):
     RELAYOUT_AT_FLOOR = "relayout_at_floor"
 
 
-def required_capabilities(layout: Layout, global_shape: Sequence[int]) -> Mapping[Capability, str]:
-    """The capabilities needed to lay out a tensor of ``global_shape`` by ``layout`` (cached).
+class Limitation(enum.StrEnum):
+    """A refusal that no capability declaration lifts: what ``UnsupportedLayoutError.feature`` holds
+    when the missing thing is not a :class:`Capability`.
 
-    Returns a read-only mapping (a ``types.MappingProxyType``; the answer is cached and shared,
-    so no caller can change what the capability gate sees) from each needed capability to a
-    sentence naming the tensor axis that needs it (for error messages). ``layout`` must have a
-    mesh; ``global_shape`` its rank.
-
-    Raises:
-        LayoutError: ``layout`` has no mesh, or ``global_shape`` does not fit its rank.
+    Callers branch on it (``err.feature is Limitation.DTYPE``); ``docs/errors.md`` lists every member.
     """
-    if type(global_shape) is tuple and set(map(type, global_shape)) <= {int}:  # what drivers pass: cached
-        return _required_checked(layout, global_shape)
-    # Anything else is validated on every call: 16.0 and True hash as 16 and 1 but are no sizes.
-    return _required(layout, layout.check_shape(global_shape))
+
+    #: A dtype the framework (or its current configuration, e.g. JAX without ``jax_enable_x64``) lacks.
+    DTYPE = "dtype"
+    #: An operation the driver's SPMD engine or ``layoutcore.propagation`` does not implement.
+    OPERATION = "operation"
+    #: A framework backend (keras 3 ``KERAS_BACKEND``) that the bridge cannot carry a layout to.
+    BACKEND = "backend"
+    #: keras 3 objects on a driver whose integration serves another keras (tf-keras).
+    KERAS3 = "keras3"
+    #: A native layout that has no layoutcore form (a torch ``Partial`` placement, a custom placement).
+    PLACEMENT = "placement"
+    #: A native mesh whose devices are not in the row-major order layoutcore's mesh names.
+    PERMUTED_DEVICES = "permuted_devices"
+    #: A torch op on simulated distributed tensors outside ``layoutcore_torch.spmd``.
+    OUTSIDE_SPMD = "outside_spmd"
+    #: A model structure the module integration cannot lay out (a fused QKV projection, ...).
+    MODEL_STRUCTURE = "model_structure"
+    #: A multi-axis entry that a format's single-axis form cannot write (TF's ``sharding_specs``).
+    MULTI_AXIS_FORM = "multi_axis_form"
 
 
-@functools.lru_cache(maxsize=8192)
-def _required_checked(layout: Layout, shape: tuple[int, ...]) -> Mapping[Capability, str]:
-    # The shape check is cached with the answer: it runs on every front-end call (a refusal raises
-    # and is not cached, so a bad shape is checked, and refused, every time).
-    return _required(layout, layout.check_shape(shape))
-
-
-@functools.lru_cache(maxsize=8192)
-def _required(layout: Layout, shape: tuple[int, ...]) -> Mapping[Capability, str]:
-    mesh = layout._require_mesh("required_capabilities")
-    needed: dict[Capability, str] = {}
-    for dim, size in enumerate(shape):
-        names = layout.mesh_axes(dim)
-        shards = layout.num_shards(dim)
-        if len(names) > 1:
-            needed.setdefault(Capability.MULTI_AXIS, f"tensor axis {dim} is split over mesh axes {names}")
-            order = [mesh.axis_index(n) for n in names]
-            if order != sorted(order):
-                needed.setdefault(
-                    Capability.MULTI_AXIS_ANY_ORDER,
-                    f"tensor axis {dim} is split over mesh axes {names}, not in the mesh's order {mesh.axis_names}",
-                )
-        if size % shards:
-            what = f"tensor axis {dim} has size {size}, which {shards} shards do not divide evenly"
-            needed.setdefault(Capability.UNEVEN, what)
-            if len(names) > 1:
-                needed.setdefault(Capability.UNEVEN_MULTI_AXIS, what + f" (over mesh axes {names})")
-    return MappingProxyType(needed)
+#: What ``UnsupportedLayoutError.feature`` holds.
+Feature = Capability | Limitation

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import difflib
-import heapq
-import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
-from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any, Literal
 
 from ._errors import AmbiguousLayoutError, LayoutError, UnmatchedPathError, UnmatchedPathWarning
 from ._layout import Layout
 from ._mesh import Mesh
+from ._patterns import NEAR_MISSES, _bigrams, _compile, _spellings, near_misses
 
 __all__ = ["LayoutMap", "MatchReport", "current_layout_map", "layout_map_scope"]
 
@@ -34,126 +31,8 @@ CACHE_BYTES = 4 << 20
 _ENTRY_OVERHEAD = 100
 #: Paths longer than this are looked up but not cached (one would take a large share of the cache).
 _MAX_CACHED_PATH = CACHE_BYTES // 64
-#: How many near misses ``explain`` and the unmatched-path messages name, and how similar they must be.
-NEAR_MISSES = 3
-_NEAR_MISS_CUTOFF = 0.6
-#: Near misses are screened by shared character pairs; the best few of these get the difflib score.
-_SCREEN_CUTOFF = 0.3
 #: An unmatched-path warning or error names this many paths, each with its near misses.
 _NAMED_PATHS = 10
-_SCREENED = 8
-#: Longest pattern text quoted whole in an error message.
-_QUOTE_LIMIT = 120
-_REPEATS = frozenset(
-    op
-    for op in (
-        getattr(_sre_parser, "MAX_REPEAT", None),
-        getattr(_sre_parser, "MIN_REPEAT", None),
-    )
-    if op is not None
-)
-_UNBOUNDED = _sre_parser.MAXREPEAT
-
-
-def _quote(pattern: str) -> str:
-    """``repr(pattern)``, shortened for a message when the pattern is huge (a 20 000-character regex)."""
-    if len(pattern) <= _QUOTE_LIMIT:
-        return repr(pattern)
-    return f"{pattern[:_QUOTE_LIMIT]!r}... ({len(pattern)} characters)"
-
-
-def _nested_unbounded_repeat(parsed: Any) -> bool:
-    """Whether an unbounded repeat (``*``, ``+``, ``{n,}``) sits inside another one: ``(a+)+``.
-
-    That nesting is what makes Python's backtracking ``re`` take exponential time on a path
-    that almost matches. Possessive repeats and atomic groups never backtrack and do not count.
-    Walked with an explicit stack: a pattern that compiled may still nest too deep for recursion.
-    """
-    stack: list[tuple[Any, bool]] = [(parsed, False)]
-    while stack:
-        items, inside = stack.pop()
-        for op, av in items:
-            if op in _REPEATS:
-                _, high, body = av
-                unbounded = high == _UNBOUNDED
-                if unbounded and inside:
-                    return True
-                stack.append((body, inside or unbounded))
-            elif op is _sre_parser.SUBPATTERN:
-                stack.append((av[-1], inside))
-            elif op is _sre_parser.BRANCH:
-                stack.extend((branch, inside) for branch in av[1])
-            elif op in (_sre_parser.ASSERT, _sre_parser.ASSERT_NOT):
-                stack.append((av[1], inside))
-            elif op is _sre_parser.GROUPREF_EXISTS:
-                stack.extend((part, inside) for part in av[1:] if part is not None)
-    return False
-
-
-def _compile(pattern: str) -> tuple[re.Pattern[str], Any]:
-    """Compile a LayoutMap pattern, refusing what Python's ``re`` cannot run in bounded time.
-
-    Raises:
-        LayoutError: not a valid regex, too deep or too large for ``re`` (``RecursionError``,
-            ``OverflowError``), or a nested unbounded repeat (the catastrophic-backtracking shape).
-    """
-    try:
-        compiled = re.compile(pattern)
-        parsed = _sre_parser.parse(pattern)
-        nested = _nested_unbounded_repeat(parsed)
-    except re.error as exc:
-        raise LayoutError(
-            f"LayoutMap key {_quote(pattern)} is not a valid regular expression: {exc}", value=pattern
-        ) from None
-    except (RecursionError, OverflowError, MemoryError, ValueError) as exc:
-        raise LayoutError(
-            f"LayoutMap key {_quote(pattern)} is too deeply nested or too large for Python's re "
-            f"({type(exc).__name__}: {exc}).",
-            value=pattern,
-        ) from None
-    if nested:
-        raise LayoutError(
-            f"LayoutMap key {_quote(pattern)} nests an unbounded repeat inside another (as in '(a+)+'): Python's re "
-            "can take exponential time to reject a path that almost matches (seconds for 26 characters). Write it "
-            "without the nesting (e.g. '[a-z0-9_/]*kernel'), or make the inner repeat possessive ('(a++)+') or "
-            "atomic ('(?>a+)+'), which never backtrack.",
-            value=pattern,
-        )
-    return compiled, parsed
-
-
-#: At most this many literal spellings of one pattern are kept (alternations multiply them).
-_MAX_SPELLINGS = 16
-
-
-def _spellings(parsed: Any) -> tuple[str, ...]:
-    """The literal text a pattern's matches must contain, once per choice of its alternations.
-
-    ``"enc/.*/(query|key)/kernel"`` gives ``("enc//query/kernel", "enc//key/kernel")``: wildcards,
-    classes, anchors and optional parts drop out, required repeats count once. Used only to say
-    which patterns a path *almost* matched.
-    """
-
-    def walk(items: Any) -> list[str]:
-        out = [""]
-        for op, av in items:
-            if op is _sre_parser.LITERAL:
-                options = [chr(av)]
-            elif op is _sre_parser.SUBPATTERN:
-                options = walk(av[-1])
-            elif op is _sre_parser.BRANCH:
-                options = [s for branch in av[1] for s in walk(branch)]
-            elif op in _REPEATS or op is getattr(_sre_parser, "POSSESSIVE_REPEAT", None):
-                options = walk(av[2]) if av[0] >= 1 else [""]
-            else:  # classes, wildcards, anchors, lookarounds: no fixed text
-                options = [""]
-            out = [a + b for a in out for b in options][:_MAX_SPELLINGS]
-        return out
-
-    try:
-        return tuple(dict.fromkeys(walk(parsed)))
-    except RecursionError:  # deeply nested but valid: near misses are a courtesy, not a promise
-        return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,21 +282,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         Under ``match="search"`` and ``"match"`` a pattern is compared with the best part of the path it
         could stand for, so ``"dense.*kernel"`` is close to ``"model/dense_1/kernal"``.
         """
-        # A cheap screen first (the share of a spelling's character pairs found in the path, set
-        # operations in C), then difflib on the few best: explain stays under a millisecond.
-        grams = _bigrams(path)
-        screened = []
-        for pattern, pairs in self._bigrams.items():
-            share = max((len(g & grams) / len(g) for g in pairs if g), default=0.0)
-            if share >= _SCREEN_CUTOFF:
-                screened.append((share, pattern))
-        scored = []
-        for _, pattern in heapq.nlargest(_SCREENED, screened):
-            score = max((_similarity(s, path, self._match) for s in self._literals[pattern]), default=0.0)
-            if score >= _NEAR_MISS_CUTOFF:
-                scored.append((-score, pattern))
-        scored.sort()
-        return tuple(p for _, p in scored[:n])
+        return near_misses(path, self._literals, self._bigrams, self._match, n)
 
     def explain(self, path: str) -> MatchReport:
         """How ``path`` resolves: exact key, every matching pattern, the chosen one, or the near misses.
@@ -554,31 +419,6 @@ class LayoutMap(MutableMapping[str, Layout]):
             if value != default
         )
         return f"LayoutMap({{{items}}}, mesh={self._mesh!r}, match={self._match!r}{options})"
-
-
-def _bigrams(text: str) -> frozenset[str]:
-    return frozenset(text[i : i + 2] for i in range(len(text) - 1))
-
-
-def _similarity(literal: str, path: str, mode: str) -> float:
-    """How alike a pattern's literal text and a path are, 0..1 (``difflib.SequenceMatcher`` ratio).
-
-    The path is cut to the part the literal lines up with where the pattern need not cover the
-    whole path (after the last matched character under ``"match"``, also before the first under
-    ``"search"``), so ``"dense.*kernel"`` is close to ``"my_model/dense_1/kernl"``; the path's text
-    between two literal pieces still counts, so a short pattern does not beat a long one that
-    lines up with more of the path.
-    """
-    if not literal:
-        return 0.0
-    matcher = difflib.SequenceMatcher(None, literal, path, autojunk=False)
-    blocks = [b for b in matcher.get_matching_blocks() if b.size]
-    if not blocks:
-        return 0.0
-    found = sum(b.size for b in blocks)
-    start = blocks[0].b if mode == "search" else 0
-    stop = blocks[-1].b + blocks[-1].size if mode != "fullmatch" else len(path)
-    return 2.0 * found / (len(literal) + stop - start)
 
 
 _ACTIVE_MAP: contextvars.ContextVar[LayoutMap | None] = contextvars.ContextVar("layoutcore_layout_map", default=None)

@@ -11,97 +11,16 @@ not built from these containers (flax NNX state, optax states) go through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._api import DriverArg, distribute_tensor
 from ._errors import LayoutError
 from ._layout import Layout
 from ._layout_map import LayoutMap
+from ._paths import _check_separator, _children, _join, _rebuild, flatten_with_paths
+from ._paths import map_leaves as _map_leaves
 
-__all__ = ["distribute_tree", "flatten_with_paths", "tree_layouts"]
-
-
-def _is_namedtuple(node: object) -> bool:
-    return isinstance(node, tuple) and hasattr(type(node), "_fields")
-
-
-def _children(node: Any) -> list[tuple[str, Any]] | None:
-    """``(key, child)`` pairs of a container node, or ``None`` for a leaf."""
-    if isinstance(node, Mapping):
-        return [(str(k), v) for k, v in node.items()]
-    if _is_namedtuple(node):
-        return list(zip(type(node)._fields, node, strict=True))
-    if isinstance(node, (list, tuple)):
-        return [(str(i), v) for i, v in enumerate(node)]
-    return None
-
-
-def _rebuild(node: Any, values: list[Any]) -> Any:
-    """A container of ``node``'s kind holding ``values`` (in ``node``'s key order)."""
-    if isinstance(node, Mapping):
-        pairs = dict(zip(node.keys(), values, strict=True))
-        if type(node) is dict:
-            return pairs
-        try:  # OrderedDict, FrozenDict, ...: keep the user's mapping type where it can be rebuilt
-            return type(node)(pairs)  # type: ignore[call-arg]
-        except Exception:  # a mapping type that takes other arguments: a plain dict holds the same items
-            return pairs
-    if _is_namedtuple(node):
-        return type(node)(*values)
-    if isinstance(node, list):
-        return list(values)
-    return tuple(values)
-
-
-def _join(prefix: str, key: str, separator: str) -> str:
-    return f"{prefix}{separator}{key}" if prefix else key
-
-
-def _check_separator(separator: object) -> str:
-    if not isinstance(separator, str):
-        raise LayoutError(f"separator must be a string. Received: {separator!r}", value=separator)
-    return separator
-
-
-def flatten_with_paths(tree: Any, separator: str = "/") -> list[tuple[str, Any]]:
-    """Every leaf of ``tree`` that has a ``.shape``, with its path, in tree order.
-
-    Mappings are walked in their iteration order, sequences by index. Leaves without a
-    ``.shape`` (``None``, Python numbers, strings, ...) are skipped.
-
-    Example:
-        >>> import numpy as np
-        >>> flatten_with_paths({"dense": {"kernel": np.zeros((2, 3))}, "layers": [np.zeros(4), None]})[1][0]
-        'layers/0'
-
-    Raises:
-        LayoutError: ``separator`` is not a string.
-    """
-    separator = _check_separator(separator)
-    out: list[tuple[str, Any]] = []
-
-    def walk(node: Any, path: str) -> None:
-        children = _children(node)
-        if children is None:
-            if hasattr(node, "shape"):
-                out.append((path, node))
-            return
-        for key, child in children:
-            walk(child, _join(path, key, separator))
-
-    walk(tree, "")
-    return out
-
-
-def _map_leaves(tree: Any, fn: Callable[[str, Any], Any], separator: str) -> Any:
-    def walk(node: Any, path: str) -> Any:
-        children = _children(node)
-        if children is None:
-            return fn(path, node)
-        return _rebuild(node, [walk(child, _join(path, key, separator)) for key, child in children])
-
-    return walk(tree, "")
+__all__ = ["distribute_tree", "flatten_with_paths", "tree_layouts"]  # flatten_with_paths: from _paths
 
 
 def tree_layouts(layout_map: LayoutMap, tree: Any, *, separator: str = "/") -> Any:

@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from ._dtypes import numpy_dtype
 from ._errors import LayoutError, LayoutMismatchError, UnsupportedLayoutError
-from ._frontend import Driver, HoldsValue, dtype_name
 from ._layout import Layout
 from ._layout_map import current_layout_map
 from ._mesh import Mesh
-from ._registry import driver_for
+from .driver._frontend import Driver, HoldsValue, dtype_name, known_dtype_name
+from .driver._registry import driver_for
 
 __all__ = ["DVariable", "Variable"]
 
@@ -201,6 +202,9 @@ def _from_keras(variable: Any, layout: Layout | None, path: str | None) -> tuple
 def _numpy_dtype(dtype: Any) -> np.dtype[Any] | None:
     if dtype is None:
         return None
+    known = known_dtype_name(dtype)
+    if known is not None:  # one of the 17: ml_dtypes' bfloat16/float8 included
+        return numpy_dtype(known)
     try:
         return np.dtype(dtype_name(dtype))
     except TypeError:

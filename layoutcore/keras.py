@@ -53,7 +53,7 @@ def _keras() -> Any:
 
 def _backend_driver(what: str) -> Any:
     """layoutcore's driver for the running keras backend (it binds abstract meshes to devices)."""
-    from ._registry import get_driver
+    from .driver._registry import get_driver
 
     backend = _keras().backend.backend()
     name = _DRIVERS.get(backend)

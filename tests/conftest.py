@@ -10,7 +10,8 @@ from _support import DEVICES6
 from hypothesis import settings
 
 import layoutcore
-from layoutcore import Mesh, _registry
+from layoutcore import Mesh
+from layoutcore.driver import _registry
 
 # "ci" is hypothesis' built-in profile (derandomized, no deadline), chosen by tox through
 # HYPOTHESIS_PROFILE=ci or by hypothesis itself when CI is set; "dev" keeps local runs short.
@@ -23,8 +24,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 @pytest.fixture(autouse=True)
 def _driver_selection_isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts from the default selection (no env var, no set_driver) and registry."""
-    monkeypatch.delenv(layoutcore.DRIVER_ENV, raising=False)
-    monkeypatch.delenv(layoutcore.CPU_DEVICES_ENV, raising=False)
+    monkeypatch.delenv(layoutcore.driver.DRIVER_ENV, raising=False)
+    monkeypatch.delenv(layoutcore.driver.CPU_DEVICES_ENV, raising=False)
     factories = dict(_registry._discover())
     instances = dict(_registry._instances)
     layoutcore.set_driver(None)

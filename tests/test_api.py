@@ -9,7 +9,6 @@ import pytest
 import layoutcore
 from layoutcore import (
     AmbiguousLayoutError,
-    Capability,
     DriverNotFoundError,
     DriverUnavailableError,
     Layout,
@@ -17,12 +16,11 @@ from layoutcore import (
     LayoutError,
     LayoutMismatchError,
     Mesh,
-    NumpyDriver,
     UnsupportedLayoutError,
-    register_driver,
-    required_capabilities,
     use_driver,
 )
+from layoutcore.driver import Capability, register_driver, required_capabilities
+from layoutcore.numpy import NumpyDriver
 
 # Every name DESIGN.md promises.
 CONTRACT_NAMES = [

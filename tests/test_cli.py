@@ -20,8 +20,10 @@ import pytest
 from _support import FULL
 
 import layoutcore
-from layoutcore import Capability, Layout, Mesh, NumpyDriver
-from layoutcore._cli import UsageError, main, parse_layout, parse_mesh, parse_shape
+from layoutcore import Layout, Mesh
+from layoutcore.driver import Capability
+from layoutcore.numpy import NumpyDriver
+from layoutcore.cli._main import UsageError, main, parse_layout, parse_mesh, parse_shape
 
 Grid = tuple[str, list[list[str]]]
 
@@ -310,16 +312,16 @@ def _table_rows(out: str, section: str) -> dict[str, str]:
 @pytest.fixture
 def tour_out(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
     # Record the variable so that the tour's setdefault is undone after the test.
-    monkeypatch.setenv(layoutcore.CPU_DEVICES_ENV, "0")
-    monkeypatch.delenv(layoutcore.CPU_DEVICES_ENV)
-    monkeypatch.setattr(layoutcore._registry, "_instances", {})
+    monkeypatch.setenv(layoutcore.driver.CPU_DEVICES_ENV, "0")
+    monkeypatch.delenv(layoutcore.driver.CPU_DEVICES_ENV)
+    monkeypatch.setattr(layoutcore.driver._registry, "_instances", {})
     code, out, err = run(capsys, "tour")
     assert (code, err) == (0, "")
     return out
 
 
 def test_tour_uses_six_devices_of_the_default_driver(tour_out: str) -> None:
-    assert os.environ[layoutcore.CPU_DEVICES_ENV] == "6"
+    assert os.environ[layoutcore.driver.CPU_DEVICES_ENV] == "6"
     assert "on the 'numpy' driver" in tour_out
     assert "Devices: ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3', 'CPU:4', 'CPU:5'] (6 available" in tour_out
     assert "checks FAILED" not in tour_out and "All 22 checks passed on the 'numpy' driver." in tour_out
@@ -341,7 +343,7 @@ def test_tour_first_screen_is_not_dominated_by_mesh_strings(tour_out: str) -> No
 
 
 def test_abbreviate_mesh_string() -> None:
-    from layoutcore._tour import abbreviate_mesh_string
+    from layoutcore.cli._tour import abbreviate_mesh_string
 
     mesh = Mesh((3, 2), ("x", "y"), [f"CPU:{i}" for i in range(6)])
     assert abbreviate_mesh_string(mesh.to_string()) == f"|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|{FULL(0)},… (6 devices)"
@@ -351,7 +353,7 @@ def test_abbreviate_mesh_string() -> None:
 
 
 def test_tour_steps_are_data() -> None:
-    from layoutcore import _tour
+    from layoutcore.cli import _tour
 
     titles = [step.title for step in _tour.STEPS]
     assert titles[0] == "Meshes" and titles[-1].startswith("SPMD") and len(titles) == len(set(titles))
@@ -421,16 +423,16 @@ class _Rotated(NumpyDriver):
 def test_tour_runs_on_the_driver_chosen_by_option_or_environment(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    layoutcore.register_driver("renamed", _Renamed)
+    layoutcore.driver.register_driver("renamed", _Renamed)
     code, out, _ = run(capsys, "--driver", "renamed", "tour")
     assert code == 0 and "on the 'renamed' driver" in out and "_Renamed" in out
-    monkeypatch.setenv(layoutcore.DRIVER_ENV, "renamed")
+    monkeypatch.setenv(layoutcore.driver.DRIVER_ENV, "renamed")
     code, out, _ = run(capsys, "tour")
     assert code == 0 and "All 22 checks passed on the 'renamed' driver." in out
 
 
 def test_tour_fails_a_driver_that_gives_wrong_components(capsys: pytest.CaptureFixture[str]) -> None:
-    layoutcore.register_driver("rotated", _Rotated)
+    layoutcore.driver.register_driver("rotated", _Rotated)
     code, out, _ = run(capsys, "tour", "--driver", "rotated")
     assert code == 1
     assert "FAILED: sharded ['x', 'y']: every device holds its slice of the global value" in out
@@ -446,9 +448,9 @@ def test_tour_with_an_unknown_driver_exits_2_listing_the_installed(capsys: pytes
 
 
 def test_tour_refuses_too_few_devices(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    layoutcore.register_driver("four", lambda: _Renamed(4))
+    layoutcore.driver.register_driver("four", lambda: _Renamed(4))
     code, _, err = run(capsys, "tour", "--driver", "four")
-    assert code == 2 and "needs 6 devices" in err and layoutcore.CPU_DEVICES_ENV in err
+    assert code == 2 and "needs 6 devices" in err and layoutcore.driver.CPU_DEVICES_ENV in err
 
 
 # ==============================================================================================
@@ -462,7 +464,7 @@ class _NeedsMissingModule(NumpyDriver):
 
 
 def test_drivers_lists_every_driver_with_status_and_capabilities(capsys: pytest.CaptureFixture[str]) -> None:
-    layoutcore.register_driver("needsmissing", _NeedsMissingModule)
+    layoutcore.driver.register_driver("needsmissing", _NeedsMissingModule)
     code, out, _ = run(capsys, "drivers")
     assert code == 0
     rows: dict[str, str] = {}
@@ -477,7 +479,7 @@ def test_drivers_lists_every_driver_with_status_and_capabilities(capsys: pytest.
         assert str(capability) in rows["numpy"]
     assert rows["needsmissing"] == "needsmissing not installed uneven pip install needsmissing"
     assert rows["driver"] == "driver status capabilities install"
-    for info in layoutcore.driver_infos():
+    for info in layoutcore.driver.driver_infos():
         assert info.name in rows
         if not info.installed:
             assert "not installed" in rows[info.name] and info.install_hint in rows[info.name]
@@ -496,7 +498,7 @@ def test_conformance_passes_pytest_args_and_driver_to_the_runner(
 
     # The CLI calls the suite's public entry point, never its private modules.
     monkeypatch.setattr(layoutcore_conformance, "run", fake_run)
-    layoutcore.register_driver("mydriver", _Renamed)
+    layoutcore.driver.register_driver("mydriver", _Renamed)
     assert main(["conformance", "--driver", "mydriver", "-x", "-k", "pack and not slow"]) == 5
     assert main(["--driver", "numpy", "conformance", "-q"]) == 5
     assert main(["conformance", "--", "--collect-only"]) == 5
@@ -518,7 +520,7 @@ def test_conformance_with_an_unknown_driver_exits_2(capsys: pytest.CaptureFixtur
 def test_conformance_with_an_uninstalled_driver_exits_2_with_the_install_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    layoutcore.register_driver("needsmissing", _NeedsMissingModule)
+    layoutcore.driver.register_driver("needsmissing", _NeedsMissingModule)
     code, _, err = run(capsys, "conformance", "--driver", "needsmissing")
     assert code == 2 and "layoutcore_test_no_such_module" in err and "pip install needsmissing" in err
 
@@ -544,7 +546,7 @@ def test_cli_names_no_framework_module_and_no_private_suite_module() -> None:
     public entry point: no string in them names a framework module or a private suite module."""
     import ast
 
-    for module in ("_cli.py", "_tour.py"):
+    for module in ("cli/_main.py", "cli/_tour.py"):
         tree = ast.parse((Path(layoutcore.__file__).parent / module).read_text())
         strings = {
             node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
@@ -573,7 +575,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 # ==============================================================================================
 def _script() -> Path:
     (entry,) = importlib.metadata.entry_points(group="console_scripts", name="layoutcore")
-    assert entry.value == "layoutcore._cli:main"
+    assert entry.value == "layoutcore.cli:main"
     script = Path(sysconfig.get_path("scripts")) / ("layoutcore.exe" if os.name == "nt" else "layoutcore")
     assert script.exists(), f"console script not installed at {script}; pip install -e ."
     return script
@@ -632,7 +634,7 @@ def test_console_script_runs_the_real_conformance_suite(tmp_path: Path) -> None:
 
 def test_importing_the_cli_loads_neither_rich_nor_a_framework() -> None:
     code = (
-        "import sys, layoutcore, layoutcore._cli; "
+        "import sys, layoutcore, layoutcore.cli; "
         "bad = [m for m in ('rich', 'jax', 'tensorflow', 'torch', 'layoutcore_conformance') if m in sys.modules]; "
         "assert not bad, bad"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from layoutcore._cli import main
+from layoutcore.cli._main import main
 
 RULES = {
     "mesh": "data=4,model=2",

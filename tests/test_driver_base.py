@@ -1,4 +1,4 @@
-"""The front-end's own mechanisms (layoutcore._frontend), on drivers that read layouts back natively."""
+"""The front-end's own mechanisms (layoutcore.driver._frontend), on drivers that read layouts back natively."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import layoutcore as lc
-from layoutcore import _frontend
+from layoutcore.driver import _frontend
 
 
 class ConcreteOnlyDriver(lc.NumpyDriver):
@@ -72,7 +72,7 @@ def test_objects_that_cannot_be_weakly_referenced_are_not_recorded(driver: Concr
 
 def test_relayout_within_one_mesh_only_without_the_capability(driver: ConcreteOnlyDriver) -> None:
     class OneMeshDriver(ConcreteOnlyDriver):
-        capabilities = lc.NumpyDriver.capabilities - {lc.Capability.RELAYOUT_ACROSS_MESHES}
+        capabilities = lc.NumpyDriver.capabilities - {lc.driver.Capability.RELAYOUT_ACROSS_MESHES}
 
     one = OneMeshDriver(num_devices=4)
     mesh = lc.Mesh((2,), ("x",))
@@ -117,15 +117,15 @@ def test_the_front_end_methods_are_final() -> None:
 def test_required_capabilities_cannot_be_changed_by_a_caller() -> None:
     mesh = lc.Mesh((3,), ("x",))
     layout = lc.Layout(["x"], mesh)
-    needed = lc.required_capabilities(layout, (5,))
-    assert lc.Capability.UNEVEN in needed
+    needed = lc.driver.required_capabilities(layout, (5,))
+    assert lc.driver.Capability.UNEVEN in needed
     with pytest.raises(AttributeError):
         needed.clear()  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
-        needed[lc.Capability.UNEVEN] = "x"  # type: ignore[index]
+        needed[lc.driver.Capability.UNEVEN] = "x"  # type: ignore[index]
     with pytest.raises(TypeError):
-        del needed[lc.Capability.UNEVEN]  # type: ignore[attr-defined]
-    assert lc.Capability.UNEVEN in lc.required_capabilities(layout, (5,))
+        del needed[lc.driver.Capability.UNEVEN]  # type: ignore[attr-defined]
+    assert lc.driver.Capability.UNEVEN in lc.driver.required_capabilities(layout, (5,))
 
     class EvenOnly(lc.NumpyDriver):
         capabilities = frozenset()
@@ -223,7 +223,7 @@ class Tracer:
 
 class TracingDriver(lc.NumpyDriver):
     name = "tracing"
-    capabilities = lc.NumpyDriver.capabilities - {lc.Capability.TRACED}
+    capabilities = lc.NumpyDriver.capabilities - {lc.driver.Capability.TRACED}
 
     def is_traced(self, value: Any) -> bool:
         return isinstance(value, Tracer)
@@ -303,7 +303,7 @@ def test_call_with_layout_checks_a_traced_result_and_records_nothing() -> None:
 
 def test_call_with_layout_refuses_a_traced_result_without_the_capability() -> None:
     class NoTraced(CompiledFactory):
-        capabilities = CompiledFactory.capabilities - {lc.Capability.TRACED}
+        capabilities = CompiledFactory.capabilities - {lc.driver.Capability.TRACED}
 
     with pytest.raises(lc.UnsupportedLayoutError) as info:
         NoTraced(num_devices=4).call_with_layout(np.ones, lc.Layout(["x"], lc.Mesh((2,), ("x",))), (4,))
@@ -434,10 +434,10 @@ def test_records_and_bindings_hold_under_threads() -> None:
 @pytest.mark.parametrize("bad", [(True,), (4.0,), [4.5], (-1,), ("4",)])
 def test_required_capabilities_validates_shapes_that_hash_like_a_cached_one(bad: Any) -> None:
     layout = lc.Layout(["x"], lc.Mesh((2,), ("x",)))
-    assert lc.required_capabilities(layout, (4,)) == {}  # cached for (4,)
-    assert lc.required_capabilities(layout, [4]) == {}  # a list is validated, not looked up
+    assert lc.driver.required_capabilities(layout, (4,)) == {}  # cached for (4,)
+    assert lc.driver.required_capabilities(layout, [4]) == {}  # a list is validated, not looked up
     with pytest.raises(lc.LayoutError):
-        lc.required_capabilities(layout, bad)
+        lc.driver.required_capabilities(layout, bad)
 
 
 def test_a_driver_that_forgets_super_init_still_works() -> None:

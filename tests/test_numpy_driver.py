@@ -15,8 +15,6 @@ from layoutcore import (
     LayoutError,
     Mesh,
     NotDistributedError,
-    NumpyDriver,
-    ShardedArray,
     call_with_layout,
     copy_to_mesh,
     distribute_tensor,
@@ -26,7 +24,8 @@ from layoutcore import (
     to_numpy,
     unpack,
 )
-from layoutcore import _numpy_driver as numpy_driver
+from layoutcore.numpy import NumpyDriver, ShardedArray
+from layoutcore.numpy import _driver as numpy_driver
 
 MESH = Mesh((3, 2), ("x", "y"))
 U = UNSHARDED

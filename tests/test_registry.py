@@ -14,17 +14,15 @@ from layoutcore import (
     DriverNotFoundError,
     DriverUnavailableError,
     LayoutcoreError,
-    NumpyDriver,
-    _registry,
     active_driver_name,
     available_drivers,
-    driver_infos,
     get_driver,
     list_devices,
-    register_driver,
     set_driver,
     use_driver,
 )
+from layoutcore.driver import _registry, driver_infos, register_driver
+from layoutcore.numpy import NumpyDriver
 
 
 def _numpy_with(n: int) -> type[NumpyDriver]:
@@ -205,26 +203,26 @@ def test_register_driver_refuses_a_taken_name_unless_replace() -> None:
 def test_driver_infos_lists_every_known_driver_and_capabilities() -> None:
     infos = {i.name: i for i in driver_infos()}
     assert {"numpy", "jax", "tensorflow", "torch"} <= set(infos)
-    assert infos["numpy"].installed and infos["numpy"].capabilities == frozenset(layoutcore.Capability)
+    assert infos["numpy"].installed and infos["numpy"].capabilities == frozenset(layoutcore.driver.Capability)
     for name in ("jax", "tensorflow", "torch"):
         assert infos[name].install_hint  # installed or not, it says how to get it
     assert "numpy" in available_drivers()
 
 
 def test_numpy_is_found_through_its_entry_point() -> None:
-    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=layoutcore.ENTRY_POINT_GROUP)}
-    assert names.get("numpy") == "layoutcore._numpy_driver:NumpyDriver"
+    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=layoutcore.driver.ENTRY_POINT_GROUP)}
+    assert names.get("numpy") == "layoutcore.numpy:NumpyDriver"
 
 
 # -- LAYOUTCORE_CPU_DEVICES ----------------------------------------------------------------------------
 def test_cpu_devices_default_is_8() -> None:
-    assert layoutcore.cpu_device_count() == 8
+    assert layoutcore.driver.cpu_device_count() == 8
     assert NumpyDriver().list_devices() == [f"CPU:{i}" for i in range(8)]
 
 
 def test_cpu_devices_sets_the_numpy_device_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAYOUTCORE_CPU_DEVICES", " 3 ")
-    assert layoutcore.cpu_device_count() == 3
+    assert layoutcore.driver.cpu_device_count() == 3
     assert NumpyDriver().list_devices() == ["CPU:0", "CPU:1", "CPU:2"]
     assert NumpyDriver().list_devices("cpu") == ["CPU:0", "CPU:1", "CPU:2"]
     assert NumpyDriver().list_devices("GPU") == []
@@ -234,7 +232,7 @@ def test_cpu_devices_sets_the_numpy_device_count(monkeypatch: pytest.MonkeyPatch
 def test_bad_cpu_devices_raise_configuration_error_naming_the_value(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("LAYOUTCORE_CPU_DEVICES", raw)
     with pytest.raises(ConfigurationError) as info:
-        layoutcore.cpu_device_count()
+        layoutcore.driver.cpu_device_count()
     assert isinstance(info.value, ValueError) and isinstance(info.value, LayoutcoreError)
     assert repr(raw) in str(info.value) and "LAYOUTCORE_CPU_DEVICES" in str(info.value)
     assert info.value.value == raw

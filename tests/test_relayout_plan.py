@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import layoutcore as lc
 from layoutcore import Layout, LayoutError, Mesh, Transfer, relayout_plan
-from layoutcore import _numpy_driver as numpy_driver
+from layoutcore.numpy import _driver as numpy_driver
 
 MESH4 = Mesh((4,), ("x",), devices=[f"CPU:{i}" for i in range(4)])
 MESH42 = Mesh((4, 2), ("x", "y"), devices=[f"CPU:{i}" for i in range(8)])

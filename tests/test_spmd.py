@@ -19,7 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import layoutcore as lc
-from layoutcore import UNSHARDED, Layout, Mesh, ShardedArray, UnsupportedLayoutError, _numpy_driver, _spmd, propagation
+from layoutcore import UNSHARDED, Layout, Mesh, UnsupportedLayoutError, propagation
+from layoutcore.numpy import _driver as _numpy_driver
+from layoutcore.numpy import _spmd
+from layoutcore.numpy import ShardedArray
 
 U = UNSHARDED
 MESH = Mesh((3, 2), ("x", "y"), DEVICES6)

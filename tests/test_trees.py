@@ -17,13 +17,13 @@ from layoutcore import (
     LayoutError,
     LayoutMap,
     Mesh,
-    ShardedArray,
     distribute_tree,
     fetch_layout,
     to_numpy,
     tree_layouts,
     unpack,
 )
+from layoutcore.numpy import ShardedArray
 from layoutcore._trees import flatten_with_paths
 
 Pair = namedtuple("Pair", ["kernel", "bias"])

@@ -15,7 +15,6 @@ from layoutcore import (
     LayoutMismatchError,
     Mesh,
     Variable,
-    VariableHandle,
     call_with_layout,
     distribute_tensor,
     fetch_layout,
@@ -23,6 +22,7 @@ from layoutcore import (
     to_numpy,
     unpack,
 )
+from layoutcore.driver import VariableHandle
 
 MESH6 = Mesh((6,), ("x",), DEVICES6)
 MESH32 = Mesh((3, 2), ("x", "y"), DEVICES6)

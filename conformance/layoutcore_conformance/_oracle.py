@@ -127,7 +127,7 @@ def values(shape: Sequence[int], dtype: str | np.dtype[Any]) -> np.ndarray:
     return np.asarray(array, dtype=dt).reshape(tuple(shape))
 
 
-def bound_devices(driver: lc.Driver, mesh_shape: Sequence[int], devices: Sequence[str] | None) -> list[str]:
+def bound_devices(driver: lc.driver.Driver, mesh_shape: Sequence[int], devices: Sequence[str] | None) -> list[str]:
     """The devices a mesh must run on: its own, or (abstract) the driver's first ``size`` devices."""
     if devices is not None:
         return list(devices)
@@ -176,30 +176,30 @@ def assert_device_data(
 def expected_capabilities(case: Case) -> set[str]:
     """The capabilities ``case`` needs, worked out here from the contract's definitions.
 
-    Cross-checks :func:`layoutcore.required_capabilities`, which the gating relies on.
+    Cross-checks :func:`layoutcore.driver.required_capabilities`, which the gating relies on.
     """
     needed: set[str] = set()
     for size, axes in zip(case.shape, case.dim_axes, strict=True):
         blocks = math.prod(case.mesh_shape[a] for a in axes)
         uneven = size % blocks != 0
         if uneven:
-            needed.add(lc.Capability.UNEVEN.value)
+            needed.add(lc.driver.Capability.UNEVEN.value)
         if len(axes) > 1:
-            needed.add(lc.Capability.MULTI_AXIS.value)
+            needed.add(lc.driver.Capability.MULTI_AXIS.value)
             if list(axes) != sorted(axes):
-                needed.add(lc.Capability.MULTI_AXIS_ANY_ORDER.value)
+                needed.add(lc.driver.Capability.MULTI_AXIS_ANY_ORDER.value)
             if uneven:
-                needed.add(lc.Capability.UNEVEN_MULTI_AXIS.value)
+                needed.add(lc.driver.Capability.UNEVEN_MULTI_AXIS.value)
     return needed
 
 
-def missing_capabilities(driver: lc.Driver, layout: lc.Layout, shape: Sequence[int]) -> set[str]:
+def missing_capabilities(driver: lc.driver.Driver, layout: lc.Layout, shape: Sequence[int]) -> set[str]:
     """Capabilities ``layout`` needs for ``shape`` that ``driver`` does not declare."""
-    required = lc.required_capabilities(layout, tuple(shape))
+    required = lc.driver.required_capabilities(layout, tuple(shape))
     return {c.value for c in required if c not in driver.capabilities}
 
 
-def needs_cross_mesh(driver: lc.Driver, source: Case, target: Case) -> bool:
+def needs_cross_mesh(driver: lc.driver.Driver, source: Case, target: Case) -> bool:
     """Whether relayout from ``source``'s mesh to ``target``'s moves to another (bound) mesh."""
 
     def key(case: Case) -> tuple[Any, ...]:
@@ -213,7 +213,7 @@ def needs_cross_mesh(driver: lc.Driver, source: Case, target: Case) -> bool:
     return key(source) != key(target)
 
 
-def assert_refused(driver: lc.Driver, missing: set[str], call: Callable[[], Any], what: str) -> None:
+def assert_refused(driver: lc.driver.Driver, missing: set[str], call: Callable[[], Any], what: str) -> None:
     """``call()`` must raise :class:`UnsupportedLayoutError` naming the driver and a missing capability.
 
     A driver that returns data instead fails here: it would hand users a layout it does not
@@ -237,7 +237,7 @@ def assert_refused(driver: lc.Driver, missing: set[str], call: Callable[[], Any]
     )
 
 
-def concrete(driver: lc.Driver, layout: lc.Layout) -> lc.Layout:
+def concrete(driver: lc.driver.Driver, layout: lc.Layout) -> lc.Layout:
     """``layout`` on a nameless concrete mesh: an abstract mesh takes the devices it binds to by the
     contract's rule (the driver's first ``size`` devices, worked out by the oracle, not by ``bind_mesh``)."""
     mesh = layout.mesh
@@ -246,7 +246,7 @@ def concrete(driver: lc.Driver, layout: lc.Layout) -> lc.Layout:
     return layout.with_mesh(lc.Mesh(mesh.shape, mesh.axis_names, devices))
 
 
-def assert_native_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
+def assert_native_layout(driver: lc.driver.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
     """``driver.native_fetch_layout(tensor)`` is ``layout``, on the same concrete mesh (name aside)."""
     got = driver.native_fetch_layout(tensor)
     assert isinstance(got, lc.Layout), f"{what}: native_fetch_layout returned {type(got).__name__}, not a Layout"

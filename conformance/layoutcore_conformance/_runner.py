@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from layoutcore import DRIVER_ENV
+from layoutcore.driver import DRIVER_ENV
 
 __all__ = ["PACKAGE", "run"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from layoutcore import ShardedArray
+from layoutcore.numpy import ShardedArray
 
 from .adapter import ConformanceAdapter
 

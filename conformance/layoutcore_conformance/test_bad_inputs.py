@@ -22,7 +22,7 @@ from .adapter import ConformanceAdapter
 class Env:
     """What a bad-input case may use: the driver, its adapter and an abstract 3x2 mesh."""
 
-    driver: lc.Driver
+    driver: lc.driver.Driver
     adapter: ConformanceAdapter
     mesh: lc.Mesh
 
@@ -317,7 +317,7 @@ TABLE = [
         lambda e: lc.distribute_tensor(values((2,), "float32"), lc.Layout(["x"], _missing_device_mesh(e))),
         lc.LayoutError,
         ValueError,
-        lambda e: [_missing_device(e), lc.CPU_DEVICES_ENV],
+        lambda e: [_missing_device(e), lc.driver.CPU_DEVICES_ENV],
     ),
     Bad(
         "copy_to_mesh-sharded",
@@ -358,7 +358,7 @@ TABLE = [
 
 
 @pytest.fixture(scope="module")
-def env(driver: lc.Driver, adapter: ConformanceAdapter) -> Env:
+def env(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> Env:
     return Env(driver, adapter, lc.Mesh((3, 2), ("x", "y")))
 
 

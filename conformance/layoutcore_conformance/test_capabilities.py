@@ -60,7 +60,7 @@ def _call(op: str, case: Case, adapter: ConformanceAdapter) -> Callable[[], Any]
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_capability_gate(driver: lc.Driver, adapter: ConformanceAdapter, name: str, op: str) -> None:
+def test_capability_gate(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str, op: str) -> None:
     case = _case(name)
     missing = missing_capabilities(driver, case.layout(), case.shape)
     call = _call(op, case, adapter)
@@ -78,7 +78,7 @@ def test_case_names_match_what_they_need() -> None:
     """Each case needs the capability it is named after (and 'even' needs none)."""
     for name in CASES:
         case = _case(name)
-        needed = {c.value for c in lc.required_capabilities(case.layout(), case.shape)}
+        needed = {c.value for c in lc.driver.required_capabilities(case.layout(), case.shape)}
         if name == "even":
             assert needed == set()
         else:
@@ -86,7 +86,7 @@ def test_case_names_match_what_they_need() -> None:
 
 
 @pytest.mark.parametrize("op", ["relayout", "Variable.assign"])
-def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, op: str) -> None:
+def test_relayout_across_meshes(driver: lc.driver.Driver, adapter: ConformanceAdapter, op: str) -> None:
     """Moving a tensor from the 3x2 mesh to a 1-D mesh over the same six devices."""
     source = Case((3, 2), ("x", "y"), ("x", None), (6, 4))
     target = Case((6,), ("x",), ("x", None), (6, 4))
@@ -98,7 +98,7 @@ def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, 
         with pytest.raises(lc.LayoutMismatchError):
             variable.assign(tensor)
         return
-    feature = lc.Capability.RELAYOUT_ACROSS_MESHES
+    feature = lc.driver.Capability.RELAYOUT_ACROSS_MESHES
     if feature not in driver.capabilities:
         assert_refused(driver, {feature.value}, lambda: lc.relayout(tensor, target.layout()), "relayout across meshes")
         return

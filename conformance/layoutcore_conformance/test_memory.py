@@ -71,7 +71,7 @@ def _plain_numpy(value: Any) -> np.ndarray:
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_inplace_op_on_the_result_keeps_the_input(driver: lc.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_inplace_op_on_the_result_keeps_the_input(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()
@@ -90,7 +90,7 @@ def test_inplace_op_on_the_result_keeps_the_input(driver: lc.Driver, adapter: Co
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_variable_writes_keep_the_input(driver: lc.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_variable_writes_keep_the_input(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()
@@ -110,7 +110,7 @@ def test_variable_writes_keep_the_input(driver: lc.Driver, adapter: ConformanceA
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_two_variables_never_share_storage(driver: lc.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_two_variables_never_share_storage(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()
@@ -137,7 +137,7 @@ def test_two_variables_never_share_storage(driver: lc.Driver, adapter: Conforman
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_sgd_step_matches_numpy(driver: lc.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_sgd_step_matches_numpy(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
     """``w -= lr * g`` twice: through ``Variable.assign(v - lr * g)`` (every driver), then in place with the
     framework's own op where it has one. Dyadic values keep float32 exact, so the comparison is exact."""
     case = _case(spec)
@@ -160,7 +160,7 @@ def test_sgd_step_matches_numpy(driver: lc.Driver, adapter: ConformanceAdapter, 
     np.testing.assert_array_equal(w, case.values() / np.float32(4), err_msg="the SGD step wrote into the caller's w")
 
 
-def test_input_aliasing_is_declared(driver: lc.Driver) -> None:
+def test_input_aliasing_is_declared(driver: lc.driver.Driver) -> None:
     rule = getattr(driver, "input_aliasing", None)
     assert rule in ALIASING_RULES, f"Driver.input_aliasing is {rule!r}; it must be one of {ALIASING_RULES}"
 
@@ -168,7 +168,7 @@ def test_input_aliasing_is_declared(driver: lc.Driver) -> None:
 @pytest.mark.parametrize("kind", INPUT_KINDS)
 @pytest.mark.parametrize("spec", list(SPECS))
 def test_caller_writes_follow_the_declared_rule(
-    driver: lc.Driver, adapter: ConformanceAdapter, spec: str, kind: str, tmp_path: Path
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str, kind: str, tmp_path: Path
 ) -> None:
     """The caller overwrites its input after ``distribute_tensor``: a ``"snapshot"`` driver's result keeps the
     old value on every device, a ``"shares"`` driver's shows the new one on every device."""

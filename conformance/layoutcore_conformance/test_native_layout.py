@@ -27,10 +27,10 @@ from ._strategies import cases, other_layouts
 from .adapter import ConformanceAdapter
 
 #: Creating paths, each ``(driver, adapter, case, x) -> tensor`` made by ``case.layout()``.
-Maker = Callable[[lc.Driver, ConformanceAdapter, Case, np.ndarray], Any]
+Maker = Callable[[lc.driver.Driver, ConformanceAdapter, Case, np.ndarray], Any]
 
 
-def _relayout(driver: lc.Driver, adapter: ConformanceAdapter, case: Case, x: np.ndarray) -> Any:
+def _relayout(driver: lc.driver.Driver, adapter: ConformanceAdapter, case: Case, x: np.ndarray) -> Any:
     # From the replicated layout on the same mesh (every driver holds it), so the hook must see the move.
     source = lc.distribute_tensor(x, lc.Layout.replicated(case.mesh(), len(case.shape)))
     return lc.relayout(source, case.layout())
@@ -46,7 +46,7 @@ MAKERS: dict[str, Maker] = {
 }
 
 
-def assert_public_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
+def assert_public_layout(driver: lc.driver.Driver, tensor: Any, layout: lc.Layout, what: str) -> None:
     """``layoutcore.fetch_layout(tensor)`` is ``layout`` up to the mesh's name and abstractness (a tensor
     no layoutcore call made cannot tell which of several equal meshes the user meant)."""
     got = lc.fetch_layout(tensor)
@@ -54,7 +54,7 @@ def assert_public_layout(driver: lc.Driver, tensor: Any, layout: lc.Layout, what
 
 
 def assert_reading_matches_data(
-    driver: lc.Driver, adapter: ConformanceAdapter, tensor: Any, x: np.ndarray, case: Case, what: str
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, tensor: Any, x: np.ndarray, case: Case, what: str
 ) -> None:
     """Whatever layout ``native_fetch_layout`` reads, the devices hold exactly that layout's oracle slices."""
     got = driver.native_fetch_layout(tensor)
@@ -66,7 +66,7 @@ def assert_reading_matches_data(
 @pytest.mark.parametrize("path", list(MAKERS))
 @given(data=st.data())
 def test_native_fetch_layout_of_every_creating_path(
-    driver: lc.Driver, adapter: ConformanceAdapter, path: str, data: st.DataObject
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, path: str, data: st.DataObject
 ) -> None:
     case = data.draw(cases(("float32",)), label="case")
     layout = case.layout()
@@ -77,7 +77,7 @@ def test_native_fetch_layout_of_every_creating_path(
 
 
 @given(data=st.data())
-def test_copy_to_mesh_native_layout(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_copy_to_mesh_native_layout(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(("float32",)), label="case")
     layout = lc.Layout.replicated(case.mesh(), len(case.shape))
     tensor = lc.copy_to_mesh(case.values(), layout)
@@ -86,7 +86,7 @@ def test_copy_to_mesh_native_layout(driver: lc.Driver, adapter: ConformanceAdapt
 
 
 @given(data=st.data())
-def test_framework_op_output(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_framework_op_output(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     """``t + 0`` by the framework: its native layout, its data and the public ``fetch_layout`` of it."""
     case = data.draw(cases(("float32",)), label="case")
     layout = case.layout()
@@ -104,7 +104,7 @@ def test_framework_op_output(driver: lc.Driver, adapter: ConformanceAdapter, dat
 
 @given(data=st.data())
 def test_framework_op_output_after_relayout(
-    driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject
 ) -> None:
     """A framework op on a relaid-out tensor keeps the new layout, as the driver reads it."""
     source = data.draw(cases(("float32",)), label="source")

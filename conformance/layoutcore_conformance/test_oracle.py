@@ -57,7 +57,7 @@ def test_oracle_tiles_the_array(case: Case) -> None:
 
 @given(case=cases(max_rank=3))
 def test_required_capabilities_follow_the_definitions(case: Case) -> None:
-    """The gating uses ``layoutcore.required_capabilities``; it must agree with the capability
+    """The gating uses ``layoutcore.driver.required_capabilities``; it must agree with the capability
     definitions (uneven: a remainder; multi-axis: several mesh axes; any order: not mesh order)."""
-    got = {c.value for c in lc.required_capabilities(case.layout(), case.shape)}
+    got = {c.value for c in lc.driver.required_capabilities(case.layout(), case.shape)}
     assert got == expected_capabilities(case)

@@ -2,7 +2,7 @@
 order, uneven, replicated) and shapes (zero-size included), in several dtypes.
 
 Every test first asks whether the driver declares the capabilities the case needs
-(``layoutcore.required_capabilities`` vs ``driver.capabilities``). If it does, the data must
+(``layoutcore.driver.required_capabilities`` vs ``driver.capabilities``). If it does, the data must
 equal the oracle; if it does not, the same call must raise ``UnsupportedLayoutError`` naming the
 driver and the capability. No case is skipped: an unsupported case is a test of the refusal.
 """
@@ -29,7 +29,7 @@ from ._strategies import cases, other_layouts
 from .adapter import ConformanceAdapter
 
 
-def distribute_or_refuse(driver: lc.Driver, value: Any, case: Case, what: str = "distribute_tensor") -> Any:
+def distribute_or_refuse(driver: lc.driver.Driver, value: Any, case: Case, what: str = "distribute_tensor") -> Any:
     """``distribute_tensor(value, layout)``, or ``None`` once its refusal has been checked."""
     layout = case.layout()
     missing = missing_capabilities(driver, layout, case.shape)
@@ -40,7 +40,7 @@ def distribute_or_refuse(driver: lc.Driver, value: Any, case: Case, what: str = 
 
 
 @given(data=st.data())
-def test_device_data_matches_oracle(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_device_data_matches_oracle(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(adapter.dtypes), label="case")
     x = case.values()
     tensor = distribute_or_refuse(driver, x, case)
@@ -49,7 +49,7 @@ def test_device_data_matches_oracle(driver: lc.Driver, adapter: ConformanceAdapt
 
 
 @given(data=st.data())
-def test_framework_input_matches_oracle(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_framework_input_matches_oracle(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     """Distributing a framework-native (undistributed) tensor, not a NumPy array."""
     case = data.draw(cases(adapter.dtypes), label="case")
     x = case.values()
@@ -59,7 +59,7 @@ def test_framework_input_matches_oracle(driver: lc.Driver, adapter: ConformanceA
 
 
 @given(data=st.data())
-def test_to_numpy_round_trip(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_to_numpy_round_trip(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(adapter.dtypes), label="case")
     x = case.values()
     tensor = distribute_or_refuse(driver, x, case)
@@ -71,7 +71,7 @@ def test_to_numpy_round_trip(driver: lc.Driver, adapter: ConformanceAdapter, dat
 
 
 @given(data=st.data())
-def test_fetch_layout_round_trip(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_fetch_layout_round_trip(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(adapter.dtypes), label="case")
     tensor = distribute_or_refuse(driver, case.values(), case)
     if tensor is not None:
@@ -83,7 +83,7 @@ def test_fetch_layout_round_trip(driver: lc.Driver, adapter: ConformanceAdapter,
 
 
 @given(data=st.data())
-def test_pack_unpack_identity(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_pack_unpack_identity(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(adapter.dtypes), label="case")
     x = case.values()
     layout = case.layout()
@@ -117,7 +117,7 @@ def _bounds(case: Case) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 @given(data=st.data(), other_mesh=st.booleans())
 def test_relayout_there_and_back(
-    driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject, other_mesh: bool
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject, other_mesh: bool
 ) -> None:
     source = data.draw(cases(adapter.dtypes), label="source")
     target = data.draw(other_layouts(source, other_mesh=other_mesh), label="target")
@@ -126,8 +126,8 @@ def test_relayout_there_and_back(
     if tensor is None:
         return
     missing = missing_capabilities(driver, target.layout(), target.shape)
-    if needs_cross_mesh(driver, source, target) and lc.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
-        missing.add(lc.Capability.RELAYOUT_ACROSS_MESHES.value)
+    if needs_cross_mesh(driver, source, target) and lc.driver.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
+        missing.add(lc.driver.Capability.RELAYOUT_ACROSS_MESHES.value)
     if missing:
         assert_refused(driver, missing, lambda: lc.relayout(tensor, target.layout()), f"relayout {source} -> {target}")
         return
@@ -142,7 +142,7 @@ def test_relayout_there_and_back(
 
 
 @given(data=st.data())
-def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_call_with_layout(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     """``call_with_layout(ones, layout, shape)``: every device holds ones of its chunk-rule shape.
 
     The function is the framework's own ``ones`` (``adapter.ones_fn()``), called with the shape
@@ -167,7 +167,7 @@ def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, data: 
 
 
 @given(data=st.data())
-def test_variable(driver: lc.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_variable(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
     case = data.draw(cases(adapter.dtypes), label="case")
     other = data.draw(other_layouts(case, other_mesh=False), label="other layout")
     layout = case.layout()

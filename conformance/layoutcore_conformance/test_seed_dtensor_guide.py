@@ -39,7 +39,7 @@ def dtensor_from_array(arr: Any, layout: lc.Layout) -> Any:
 
 
 def assert_components(
-    driver: lc.Driver, adapter: ConformanceAdapter, tensor: Any, expected: Sequence[Any], *, what: str
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, tensor: Any, expected: Sequence[Any], *, what: str
 ) -> None:
     """The raw per-device data (adapter) and ``unpack`` both give ``expected`` on CPU:0..5, in order."""
     raw = adapter.device_data(tensor)
@@ -66,7 +66,7 @@ def test_mesh_strings() -> None:
 
 
 @pytest.mark.parametrize("via", ["dtensor_from_array", "distribute_tensor"])
-def test_replicated_1d(driver: lc.Driver, adapter: ConformanceAdapter, via: str) -> None:
+def test_replicated_1d(driver: lc.driver.Driver, adapter: ConformanceAdapter, via: str) -> None:
     layout = lc.Layout([UNSHARDED], mesh_1d())
     make = dtensor_from_array if via == "dtensor_from_array" else lc.distribute_tensor
     my_first_dtensor = make([0, 1], layout)
@@ -75,14 +75,14 @@ def test_replicated_1d(driver: lc.Driver, adapter: ConformanceAdapter, via: str)
     assert np.array_equal(lc.to_numpy(my_first_dtensor), [0, 1])
 
 
-def test_pack_six_replicas_of_framework_tensors(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_pack_six_replicas_of_framework_tensors(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     layout = lc.Layout([UNSHARDED], mesh_1d())
     packed_dtensor = lc.pack([adapter.from_numpy(np.array([0, 1])) for _ in range(6)], layout=layout)
     assert_components(driver, adapter, packed_dtensor, [[0, 1]] * 6, what="pack")
     assert lc.fetch_layout(packed_dtensor) == layout
 
 
-def test_pack_six_replicas_as_python_lists(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_pack_six_replicas_as_python_lists(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     layout = lc.Layout([UNSHARDED], mesh_1d())
     packed_dtensor = lc.pack([[0, 1], [0, 1], [0, 1], [0, 1], [0, 1], [0, 1]], layout=layout)
     assert_components(driver, adapter, packed_dtensor, [[0, 1]] * 6, what="pack of lists")
@@ -99,7 +99,7 @@ GUIDE_2D: dict[str, tuple[list[Any], list[Any]]] = {
 @pytest.mark.parametrize("via", ["distribute_tensor", "dtensor_from_array"])
 @pytest.mark.parametrize("native_input", [False, True], ids=["numpy_input", "framework_input"])
 @pytest.mark.parametrize("name", list(GUIDE_2D))
-def test_arange_on_3x2(driver: lc.Driver, adapter: ConformanceAdapter, name: str, native_input: bool, via: str) -> None:
+def test_arange_on_3x2(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str, native_input: bool, via: str) -> None:
     spec, expected = GUIDE_2D[name]
     layout = lc.Layout(spec, mesh_2d())
     array = np.arange(6, dtype=np.int32).reshape(3, 2)
@@ -110,7 +110,7 @@ def test_arange_on_3x2(driver: lc.Driver, adapter: ConformanceAdapter, name: str
     assert np.array_equal(lc.to_numpy(tensor), array)
 
 
-def test_call_with_layout_ones(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_call_with_layout_ones(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     ones = adapter.ones_fn()
     layout = lc.Layout(["x", "y"], mesh_2d())
     tensor = lc.call_with_layout(ones, layout, (6, 4))
@@ -118,7 +118,7 @@ def test_call_with_layout_ones(driver: lc.Driver, adapter: ConformanceAdapter) -
     assert lc.fetch_layout(tensor) == layout
 
 
-def test_variable_keeps_its_layout(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_variable_keeps_its_layout(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     ones = adapter.ones_fn()
     layout = lc.Layout([UNSHARDED, UNSHARDED], mesh_1d())
     v = lc.DVariable(initial_value=lc.call_with_layout(ones, layout, (64, 32)))

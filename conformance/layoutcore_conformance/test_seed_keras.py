@@ -93,7 +93,7 @@ SHAPES = {
 
 
 @pytest.mark.parametrize("path", list(SHAPES))
-def test_layout_map_scope_places_variables(driver: lc.Driver, adapter: ConformanceAdapter, path: str) -> None:
+def test_layout_map_scope_places_variables(driver: lc.driver.Driver, adapter: ConformanceAdapter, path: str) -> None:
     mesh = device_mesh()
     shape = SHAPES[path]
     x = values(shape, "float32")

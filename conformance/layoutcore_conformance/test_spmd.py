@@ -144,14 +144,14 @@ def _guide_meshes() -> tuple[lc.Mesh, lc.Mesh]:
     return lc.Mesh((6,), ("x",)), lc.Mesh((3, 2), ("x", "y"))
 
 
-def test_guide_replicated_matmul(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_guide_replicated_matmul(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     mesh_1d, _ = _guide_meshes()
     layouts = [lc.Layout([U, U], mesh_1d)] * 2
     observed = run_and_check(adapter, _matmul(), mesh_1d, [A, B], layouts)
     assert observed.pending == () and observed.axes == (None, None), f"{driver.name}: {observed.text}"
 
 
-def test_guide_sharded_contracting_axis(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_guide_sharded_contracting_axis(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     _, mesh_2d = _guide_meshes()
     layouts = [lc.Layout([U, "x"], mesh_2d), lc.Layout(["x", U], mesh_2d)]
     observed = run_and_check(adapter, _matmul(), mesh_2d, [A, B], layouts)
@@ -159,7 +159,7 @@ def test_guide_sharded_contracting_axis(driver: lc.Driver, adapter: ConformanceA
         assert observed.axes == (None, None) and observed.pending == (), observed.text
 
 
-def test_guide_row_sharded_matmul(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_guide_row_sharded_matmul(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     _, mesh_2d = _guide_meshes()
     layouts = [lc.Layout(["y", "x"], mesh_2d), lc.Layout(["x", U], mesh_2d)]
     tensors = [lc.distribute_tensor(adapter.from_numpy(x), lay) for x, lay in zip([A, B], layouts, strict=True)]
@@ -214,7 +214,7 @@ TABLE: list[tuple[str, Op, tuple[int, ...], list[list[Any]], list[tuple[int, ...
 
 
 @pytest.mark.parametrize("index", range(len(TABLE)), ids=[row[0] for row in TABLE])
-def test_table_case(driver: lc.Driver, adapter: ConformanceAdapter, index: int) -> None:
+def test_table_case(driver: lc.driver.Driver, adapter: ConformanceAdapter, index: int) -> None:
     name, op, mesh_shape, specs, shapes = TABLE[index]
     names = ("x", "y")[: len(mesh_shape)]
     mesh = lc.Mesh(mesh_shape, names)
@@ -275,14 +275,14 @@ OPS: list[tuple[Op, str]] = [
 
 
 @st.composite
-def spmd_cases(draw: st.DrawFn, driver: lc.Driver, terms: str) -> tuple[lc.Mesh, list[np.ndarray], list[lc.Layout]]:
+def spmd_cases(draw: st.DrawFn, driver: lc.driver.Driver, terms: str) -> tuple[lc.Mesh, list[np.ndarray], list[lc.Layout]]:
     """A random mesh, operand layouts for ``terms`` (einsum letters per operand), and shapes:
     even where the driver lacks uneven support, and only layouts the driver declares."""
     mesh_shape, names, _devices, _name = draw(mesh_parts())
     mesh = lc.Mesh(mesh_shape, names)
     operands = terms.split(",")
     layouts = [lc.Layout(draw(layout_specs(names, len(term))), mesh) for term in operands]
-    uneven = lc.Capability.UNEVEN in driver.capabilities
+    uneven = lc.driver.Capability.UNEVEN in driver.capabilities
     sizes: dict[str, int] = {}
     for label in sorted(set(terms) - {","}):
         blocks = [
@@ -313,7 +313,7 @@ _EXAMPLES = max(5, settings().max_examples // 3)
 @settings(max_examples=_EXAMPLES)
 @given(data=st.data())
 def test_random_case_values_equal_numpy(
-    driver: lc.Driver, adapter: ConformanceAdapter, index: int, data: st.DataObject
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, index: int, data: st.DataObject
 ) -> None:
     op, terms = OPS[index]
     mesh, arrays, layouts = data.draw(spmd_cases(driver, terms), label="case")

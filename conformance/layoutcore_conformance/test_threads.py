@@ -121,7 +121,7 @@ def _work(thread: int, adapter: ConformanceAdapter, barrier: threading.Barrier) 
     return checked
 
 
-def test_eight_threads_at_once(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_eight_threads_at_once(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     barrier = threading.Barrier(THREADS, timeout=_deadline())
     results: dict[int, int] = {}
     errors: dict[int, BaseException] = {}

@@ -47,8 +47,8 @@ def _case(spec: str) -> Case:
     return Case(MESH[0], MESH[1], SPECS[spec], SHAPE, "float32")
 
 
-def _traced(driver: lc.Driver) -> bool:
-    return lc.Capability.TRACED in driver.capabilities
+def _traced(driver: lc.driver.Driver) -> bool:
+    return lc.driver.Capability.TRACED in driver.capabilities
 
 
 def _compiled(adapter: ConformanceAdapter, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,7 +70,7 @@ def _layoutcore_error(exc: BaseException) -> lc.LayoutcoreError | None:
     return None
 
 
-def _run_or_refuse(driver: lc.Driver, call: Callable[[], Any], what: str) -> Any | None:
+def _run_or_refuse(driver: lc.driver.Driver, call: Callable[[], Any], what: str) -> Any | None:
     """``call()``'s result; ``None`` once a driver without ``traced`` was seen to refuse it properly.
 
     A driver with ``traced`` must not raise. One without it must raise ``UnsupportedLayoutError``
@@ -92,7 +92,7 @@ def _run_or_refuse(driver: lc.Driver, call: Callable[[], Any], what: str) -> Any
         return None
 
 
-def _check_fetched(driver: lc.Driver, fetched: list[Any], layout: lc.Layout, what: str) -> None:
+def _check_fetched(driver: lc.driver.Driver, fetched: list[Any], layout: lc.Layout, what: str) -> None:
     """What ``fetch_layout`` gave inside the compiler: the layout, or a layoutcore error (not known there)."""
     assert fetched, f"{what}: the compiled function never ran its Python body"
     for got in fetched:
@@ -112,7 +112,7 @@ def _fetch(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("spec", DISTRIBUTE)
-def test_distribute_tensor_inside_the_compiler(driver: lc.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_distribute_tensor_inside_the_compiler(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()
@@ -135,7 +135,7 @@ def test_distribute_tensor_inside_the_compiler(driver: lc.Driver, adapter: Confo
 
 
 @pytest.mark.parametrize(("source", "target"), MOVES)
-def test_relayout_inside_the_compiler(driver: lc.Driver, adapter: ConformanceAdapter, source: str, target: str) -> None:
+def test_relayout_inside_the_compiler(driver: lc.driver.Driver, adapter: ConformanceAdapter, source: str, target: str) -> None:
     src, dst = _case(source), _case(target)
     x = src.values()
     fetched: list[Any] = []
@@ -160,7 +160,7 @@ def test_relayout_inside_the_compiler(driver: lc.Driver, adapter: ConformanceAda
 
 @pytest.mark.parametrize("spec", ["both"])
 def test_framework_op_then_relayout_inside_the_compiler(
-    driver: lc.Driver, adapter: ConformanceAdapter, spec: str
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str
 ) -> None:
     """A framework op's traced output (no layoutcore call made it) relaid out inside the compiler."""
     case = _case(spec)
@@ -175,7 +175,7 @@ def test_framework_op_then_relayout_inside_the_compiler(
     assert_native_layout(driver, result, target.layout(), f"the compiled relayout(t + 0)'s result, {case}")
 
 
-def test_call_with_layout_inside_the_compiler(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_call_with_layout_inside_the_compiler(driver: lc.driver.Driver, adapter: ConformanceAdapter) -> None:
     """``call_with_layout`` inside the compiler works (ones, laid out) or raises a layoutcore error."""
     case = _case("both")
     layout = case.layout()

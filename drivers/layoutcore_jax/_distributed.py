@@ -7,7 +7,8 @@ import sys
 import threading
 import time
 
-from layoutcore import ConfigurationError, LayoutcoreError, cpu_device_count
+from layoutcore import ConfigurationError, LayoutcoreError
+from layoutcore.driver import cpu_device_count
 
 from . import _runtime
 

@@ -6,7 +6,7 @@ import os
 import threading
 import warnings
 
-from layoutcore import CPU_DEVICES_ENV, cpu_device_count
+from layoutcore.driver import CPU_DEVICES_ENV, cpu_device_count
 
 __all__ = ["configure_cpu_devices", "mark_configured"]
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from layoutcore import Capability, Driver, Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore.driver import Capability, Driver
 
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
@@ -75,7 +76,7 @@ class TensorFlowDriver(Driver):
     some row blocks) zero-copy, so such a buffer is copied first (:func:`_owned`); TF copies
     every other array itself, and layoutcore adds no second copy.
 
-    Inside ``tf.function`` (:attr:`~layoutcore.Capability.TRACED`) ``relayout`` and
+    Inside ``tf.function`` (:attr:`~layoutcore.driver.Capability.TRACED`) ``relayout`` and
     ``distribute_tensor`` add DTensor's ``Relayout`` op, and ``fetch_layout`` answers where the
     graph fixes the layout (see :mod:`layoutcore_tensorflow._graph`).
 

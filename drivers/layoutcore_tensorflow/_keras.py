@@ -22,14 +22,19 @@ import functools
 import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from layoutcore import DriverUnavailableError, Layout, LayoutError, LayoutMap, UnsupportedLayoutError
 
 from ._convert import to_tensorflow_layout, to_tensorflow_mesh
 
-if TYPE_CHECKING:
-    from ._driver import TensorFlowDriver
+
+class TensorFlowDriver(Protocol):
+    """What the scopes need of the TF driver (a protocol: the driver module imports this one)."""
+
+    name: str
+    _tf: Any
+
 
 __all__ = ["TF_KERAS_INSTALL", "keras_layout_map_scope"]
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from layoutcore import CPU_DEVICES_ENV, ConfigurationError, LayoutcoreError, Mesh, cpu_device_count
+from layoutcore import ConfigurationError, LayoutcoreError, Mesh
+from layoutcore.driver import CPU_DEVICES_ENV, cpu_device_count
 
 __all__ = ["MultiClientInitError", "initialize_multi_client"]
 

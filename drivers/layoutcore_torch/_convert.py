@@ -26,7 +26,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from layoutcore import Capability, Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore.driver import Capability
 
 from . import _private
 from ._mode import ProcessGroupMode, simulated_ranks

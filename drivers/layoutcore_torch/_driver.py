@@ -44,15 +44,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from layoutcore import (
-    Capability,
-    Driver,
-    DriverUnavailableError,
-    Layout,
-    LayoutError,
-    Mesh,
-    UnsupportedLayoutError,
-)
+from layoutcore import DriverUnavailableError, Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore.driver import Capability, Driver
 
 from . import _convert, _factories, _private, _relayout
 from ._mode import ProcessGroupMode, World, warn_if_untested
@@ -139,7 +132,7 @@ class TorchDriver(Driver):
             world = self.world()
             kind, size = world.device_type.upper(), world.size
         else:  # no group yet: report what the simulation will have, without starting it
-            from layoutcore import cpu_device_count
+            from layoutcore.driver import cpu_device_count
 
             kind, size = "CPU", cpu_device_count()
         if device_type is not None and device_type.upper() != kind:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from layoutcore import CPU_DEVICES_ENV, UnsupportedLayoutError, cpu_device_count
+from layoutcore import UnsupportedLayoutError
+from layoutcore.driver import CPU_DEVICES_ENV, cpu_device_count
 
 from . import _private
 

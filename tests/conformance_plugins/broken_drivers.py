@@ -1,6 +1,6 @@
 """Deliberately broken drivers for the conformance meta-test (a pytest plugin: ``-p broken_drivers``).
 
-Loading this module registers three drivers with ``layoutcore.register_driver``; select one with
+Loading this module registers three drivers with ``layoutcore.driver.register_driver``; select one with
 ``LAYOUTCORE_DRIVER``. Each is the NumPy reference driver with exactly one defect, and each uses
 the NumPy adapter, which reads ``ShardedArray`` storage directly:
 
@@ -27,7 +27,9 @@ import numpy as np
 from _mutation import replicated_like
 
 import layoutcore as lc
-from layoutcore import Capability, Layout, NumpyDriver, ShardedArray
+from layoutcore import Layout
+from layoutcore.driver import Capability
+from layoutcore.numpy import NumpyDriver, ShardedArray
 
 
 def _rotate(components: Sequence[np.ndarray], by: int) -> tuple[np.ndarray, ...]:
@@ -63,7 +65,7 @@ class UnevenLiarDriver(NumpyDriver):
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
         tensor = super().native_distribute(value, layout, devices)
-        if Capability.UNEVEN in lc.required_capabilities(layout, tensor.shape):  # the defect
+        if Capability.UNEVEN in lc.driver.required_capabilities(layout, tensor.shape):  # the defect
             return _with_components(tensor, _rotate(tensor.components, 1))
         return tensor
 
@@ -107,4 +109,4 @@ class LyingFetchDriver(NumpyDriver):
 BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver, LyingFetchDriver)
 
 for _cls in BROKEN_DRIVERS:
-    lc.register_driver(_cls.name, _cls, replace=True)
+    lc.driver.register_driver(_cls.name, _cls, replace=True)

@@ -14,7 +14,7 @@ def _json_tail(stdout: str) -> object:
 def test_importing_the_package_and_listing_drivers_does_not_import_jax() -> None:
     code = (
         "import sys, json, layoutcore, layoutcore_jax\n"
-        "infos = {i.name: sorted(c.value for c in i.capabilities) for i in layoutcore.driver_infos()}\n"
+        "infos = {i.name: sorted(c.value for c in i.capabilities) for i in layoutcore.driver.driver_infos()}\n"
         "print(json.dumps(['jax' in sys.modules, infos['jax']]))\n"
     )
     proc = run_python(code)

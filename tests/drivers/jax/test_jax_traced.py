@@ -37,7 +37,7 @@ def _assert_data(array: jax.Array, layout: Layout, x: np.ndarray, driver: JaxDri
 
 
 def test_jax_driver_declares_traced_and_its_native_types(driver: JaxDriver) -> None:
-    assert lc.Capability.TRACED in driver.capabilities
+    assert lc.driver.Capability.TRACED in driver.capabilities
     array = jnp.ones(3)
     assert f"{type(array).__module__}.{type(array).__qualname__}" in driver.native_types
     seen: list[bool] = []

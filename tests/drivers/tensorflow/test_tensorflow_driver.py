@@ -34,7 +34,7 @@ def test_lazy_import_and_registration() -> None:
     proc = run_python(
         "import sys, layoutcore, layoutcore_tensorflow\n"
         "assert 'tensorflow' not in sys.modules, 'importing the driver package imported TF'\n"
-        "info = {i.name: i for i in layoutcore.driver_infos()}['tensorflow']\n"
+        "info = {i.name: i for i in layoutcore.driver.driver_infos()}['tensorflow']\n"
         "assert 'tensorflow' not in sys.modules\n"
         "print(info.installed, sorted(c.value for c in info.capabilities))\n"
     )
@@ -67,7 +67,8 @@ def test_tf_started_first_keeps_its_devices_and_warns_once() -> None:
         "import warnings, tensorflow as tf\n"
         "tf.constant(1.0) + 1  # TF's runtime starts with its default single CPU\n"
         "import layoutcore as lc\n"
-        "from layoutcore import _registry\n"
+        "from layoutcore.driver import _registry
+"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    devices = lc.list_devices(driver='tensorflow')\n"
@@ -313,7 +314,7 @@ def test_raw_dvariable_and_dtensor_inputs(driver: TensorFlowDriver, mesh42: lc.M
 def test_the_value_chooses_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     # No driver chosen: a DTensor goes to the TF driver (native_types names EagerTensor and DVariable,
     # is_distributed tells a DTensor by its device); a plain eager tensor is not claimed.
-    monkeypatch.delenv(lc.DRIVER_ENV, raising=False)
+    monkeypatch.delenv(lc.driver.DRIVER_ENV, raising=False)
     lc.set_driver(None)
     assert lc.active_driver_name() == "numpy"
     mesh = lc.Mesh((2,), ("x",))

@@ -19,7 +19,7 @@ MESH = Mesh((2, 2), ("x", "y"))
 
 
 def test_relayout_and_distribute_inside_torch_compile_raise_a_typed_refusal(driver: TorchDriver) -> None:
-    assert lc.Capability.TRACED not in driver.capabilities
+    assert lc.driver.Capability.TRACED not in driver.capabilities
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     source = lc.distribute_tensor(x, Layout(("x", "y"), MESH), driver=driver)
     target = Layout((None, "y"), MESH)

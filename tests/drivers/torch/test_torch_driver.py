@@ -18,7 +18,8 @@ from layoutcore_torch import TorchDriver, _private
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import layoutcore as lc
-from layoutcore import Capability, Layout, Mesh, UnsupportedLayoutError
+from layoutcore import Layout, Mesh, UnsupportedLayoutError
+from layoutcore.driver import Capability
 
 
 def per_device(d: DTensor) -> list[np.ndarray]:
@@ -364,7 +365,7 @@ def test_import_and_listing_do_not_start_torch() -> None:
         """
         import json, sys
         import layoutcore, layoutcore_torch
-        info = [i for i in layoutcore.driver_infos() if i.name == "torch"][0]
+        info = [i for i in layoutcore.driver.driver_infos() if i.name == "torch"][0]
         print(json.dumps({"torch": "torch" in sys.modules, "installed": info.installed,
                           "caps": sorted(str(c) for c in info.capabilities)}))
         """

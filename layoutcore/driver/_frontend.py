@@ -35,13 +35,16 @@ from typing import Any, ClassVar, Final, final
 
 import numpy as np
 
-from ._capabilities import Capability, required_capabilities
-from ._checks import short_repr
-from ._config import CPU_DEVICES_ENV
-from ._driver import DriverHooks
-from ._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
-from ._layout import Layout
-from ._mesh import Mesh
+from .._capabilities import Capability, Limitation
+from .._checks import short_repr
+from .._config import CPU_DEVICES_ENV
+from .._dtypes import as_bits
+from .._dtypes import dtype_name as _canonical_dtype_name
+from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
+from .._layout import Layout
+from .._mesh import Mesh
+from ._capabilities import required_capabilities
+from ._hooks import DriverHooks
 
 __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue"]
 
@@ -318,6 +321,7 @@ class Driver(DriverHooks):
             self.check_layout(layout, self.shape_of(value))
             return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
         value = self._global_value(value, "distribute_tensor")
+        self._check_dtype(value)
         self.check_layout(layout, self.shape_of(value))
         result = self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
         return self._record(result, layout)
@@ -420,6 +424,7 @@ class Driver(DriverHooks):
             raise LayoutError(
                 f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
             )
+        self._check_dtype(components[0])
         shape = _infer_global_shape(layout, positions, shapes) if given_shape is None else given_shape
         layout.check_shape(shape)
         # Each component against the chunk rule first: a component of the wrong shape is the
@@ -566,6 +571,7 @@ class Driver(DriverHooks):
                 return result  # the framework fixes the layout only when it compiles: the constraint stands
         else:
             got = self.native_fetch_layout(self.require_distributed(result, "call_with_layout's result"))
+            self._check_dtype(result)  # a declared set must hold for what the framework made, too
         if not self._agrees(layout, got):
             raise LayoutcoreError(f"{self.name} call_with_layout produced {got}, not {layout}.", value=got)
         return result if traced else self._record(result, layout)
@@ -618,6 +624,22 @@ class Driver(DriverHooks):
                     value=differing,
                 )
 
+    @final
+    def _check_dtype(self, value: Any) -> None:
+        """Refuse a value of one of the 17 dtypes outside :meth:`supported_dtypes` (others pass on).
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming the dtype and the driver.
+        """
+        name = known_dtype_name(getattr(value, "dtype", None))
+        if name is not None and name not in self.supported_dtypes():
+            raise UnsupportedLayoutError(
+                f"The {self.name} driver does not hold dtype {name}: {self.unsupported_dtype_reason(name)}.",
+                driver=self.name,
+                feature=Limitation.DTYPE,
+                value=name,
+            )
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -633,10 +655,35 @@ def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
 
 
+_KNOWN_DTYPES: dict[Any, str | None] = {}
+
+
+def known_dtype_name(dtype: Any) -> str | None:
+    """The canonical name of ``dtype`` (a NumPy, ml_dtypes or framework dtype object) if it is one of
+    the 17 (``layoutcore.driver.ALL_DTYPES``), else None. Cached per dtype object: every data
+    function asks."""
+    try:
+        return _KNOWN_DTYPES[dtype]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable: not a dtype object
+        return None
+    try:
+        name: str | None = _canonical_dtype_name(dtype)
+    except LayoutError:
+        name = None
+    if len(_KNOWN_DTYPES) < 1024:  # dtype objects are few; anything else must not grow the table
+        _KNOWN_DTYPES[dtype] = name
+    return name
+
+
 def dtype_name(dtype: Any) -> str:
-    """NumPy's name for a framework's dtype object (``tf.float32``, ``torch.float32``,
-    ``jnp.bfloat16`` -> ``"float32"``, ``"float32"``, ``"bfloat16"``); ``str(dtype)`` where NumPy
-    has none."""
+    """The canonical name of a NumPy, ml_dtypes or framework dtype object (``tf.float32``,
+    ``torch.bfloat16``, ``jnp.bfloat16`` -> ``"float32"``, ``"bfloat16"``, ``"bfloat16"``); for
+    dtypes outside the 17, NumPy's name, else ``str(dtype)``."""
+    known = known_dtype_name(dtype)
+    if known is not None:
+        return known
     dtype = getattr(dtype, "as_numpy_dtype", dtype)  # TF DType
     try:
         return str(np.dtype(dtype).name)
@@ -646,10 +693,13 @@ def dtype_name(dtype: Any) -> str:
 
 
 def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    """Replica equality: equal shapes and values, a NaN equal to a NaN in every float kind
-    (ml_dtypes' bfloat16 and float8 included, whose dtype kind is ``"V"``)."""
+    """Replica equality: equal shapes, and the same bits for the 17 dtypes (so a NaN equals the same
+    NaN, and -0.0 differs from 0.0, in every float kind, ml_dtypes' bfloat16 and float8 included);
+    equal values, a NaN equal to a NaN, for other dtypes."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if known_dtype_name(a.dtype) is not None:
+        return bool(np.array_equal(as_bits(a), as_bits(b)))
     try:
         return bool(np.array_equal(a, b, equal_nan=True))
     except TypeError:  # no NaN in this dtype (integers, bools, strings, structured): plain equality

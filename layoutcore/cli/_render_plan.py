@@ -1,4 +1,4 @@
-"""The ``plan`` and ``relayout-plan`` commands: reading their JSON inputs and drawing their tables.
+"""The ``plan`` and ``relayout-plan`` commands: their arguments and tables (the JSON readers are :mod:`._json`).
 
 ``rich`` is imported inside the drawing functions, as in the rest of the command line.
 
@@ -16,14 +16,16 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._errors import LayoutcoreError
-from ._layout import Layout
-from ._layout_map import LayoutMap
-from ._mesh import Mesh
-from ._plan import Plan, RelayoutPlan, plan, relayout_plan
+from .._errors import LayoutcoreError
+from .._layout import Layout
+from .._mesh import Mesh
+from .._plan import Plan, plan
+from .._relayout_plan import RelayoutPlan, relayout_plan
+from ._args import UsageError, parse_layout, parse_mesh, parse_shape
+from ._args import console as _console
+from ._json import layout_map_from_json, load_json, variables_from_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -62,8 +64,6 @@ examples:
 
 
 def _usage_error(message: str) -> Exception:
-    from ._cli_args import UsageError
-
     return UsageError(message)
 
 
@@ -88,75 +88,6 @@ def _parse_bytes(text: str) -> int:
         return int(float(digits) * units[stripped[len(digits) :]])
     except ValueError:
         raise _usage_error(f"--max-device-bytes {text!r}: {digits!r} is not a number") from None
-
-
-def _axes(entry: Any, where: str) -> Any:
-    if isinstance(entry, list) and all(isinstance(a, str) for a in entry):
-        return tuple(entry)
-    if entry is None or isinstance(entry, str):
-        return entry
-    raise _usage_error(f"{where}: a layout entry is null, an axis name or a list of names. Received: {entry!r}")
-
-
-def layout_map_from_json(data: Any, source: str = "RULES") -> LayoutMap:
-    """A :class:`LayoutMap` from the RULES JSON format (see the module docstring).
-
-    Raises:
-        UsageError: a missing or malformed field, naming it; layoutcore's own errors for a bad mesh or rule.
-    """
-    if not isinstance(data, dict) or "rules" not in data or "mesh" not in data:
-        raise _usage_error(f"{source}: expected an object with 'mesh' and 'rules'. Received keys: {_keys(data)}")
-    mesh_spec = data["mesh"]
-    if isinstance(mesh_spec, str):
-        from ._cli_args import parse_mesh
-
-        mesh = parse_mesh(mesh_spec)
-    elif isinstance(mesh_spec, dict) and "shape" in mesh_spec and "axis_names" in mesh_spec:
-        mesh = Mesh(mesh_spec["shape"], mesh_spec["axis_names"], mesh_spec.get("devices"))
-    else:
-        raise _usage_error(f"{source}: 'mesh' is 'x=4,y=2' or {{'shape': [...], 'axis_names': [...]}}")
-    options = {k: data[k] for k in ("match", "on_multiple", "on_missing") if k in data}
-    unknown = sorted(set(data) - {"mesh", "rules", "match", "on_multiple", "on_missing"})
-    if unknown:
-        raise _usage_error(f"{source}: unknown field(s) {unknown}")
-    layout_map = LayoutMap(mesh, **options)
-    rules = data["rules"]
-    if not isinstance(rules, dict):
-        raise _usage_error(f"{source}: 'rules' is an object from pattern to layout entries")
-    for pattern, entries in rules.items():
-        if not isinstance(entries, list):
-            raise _usage_error(f"{source}: rule {pattern!r} needs a list of layout entries. Received: {entries!r}")
-        layout_map[pattern] = Layout([_axes(e, f"{source} rule {pattern!r}") for e in entries])
-    return layout_map
-
-
-def variables_from_json(data: Any, source: str = "VARIABLES") -> dict[str, tuple[tuple[int, ...], str]]:
-    """``{path: (shape, dtype)}`` from the VARIABLES JSON format (see the module docstring)."""
-    if not isinstance(data, dict):
-        raise _usage_error(f"{source}: expected an object from path to shape. Received: {type(data).__name__}")
-    out = {}
-    for path, spec in data.items():
-        if isinstance(spec, dict) and "shape" in spec:
-            shape, dtype = spec["shape"], spec.get("dtype", "float32")
-        else:
-            shape, dtype = spec, "float32"
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-            raise _usage_error(f"{source}: {path!r} needs a shape (a list of ints). Received: {spec!r}")
-        out[path] = (tuple(shape), dtype)
-    return out
-
-
-def _keys(data: Any) -> list[str]:
-    return sorted(data) if isinstance(data, dict) else []
-
-
-def _load_json(path: str, flag: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _usage_error(f"{flag} {path!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise _usage_error(f"{flag} {path!r}: not JSON ({exc})") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,12 +129,11 @@ def add_commands(command: Callable[..., Any]) -> None:
 def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
     budget = None if args.max_device_bytes is None else _parse_bytes(args.max_device_bytes)
     try:
-        layout_map = layout_map_from_json(_load_json(args.rules, "--rules"), f"--rules {args.rules}")
-        variables = variables_from_json(_load_json(args.variables, "--variables"), f"--variables {args.variables}")
+        layout_map = layout_map_from_json(load_json(args.rules, "--rules"), f"--rules {args.rules}")
+        variables = variables_from_json(load_json(args.variables, "--variables"), f"--variables {args.variables}")
         result = plan(layout_map, variables)
     except LayoutcoreError as exc:
         raise _usage_error(str(exc)) from None
-    from ._cli_args import console as _console
 
     console = _console()
     if args.json:
@@ -219,8 +149,6 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_relayout_plan(args: argparse.Namespace, extra: list[str]) -> int:
-    from ._cli_args import console as _console
-    from ._cli_args import parse_layout, parse_mesh, parse_shape
 
     mesh = parse_mesh(args.mesh, args.devices)
     target_mesh = mesh if args.to_mesh is None else parse_mesh(args.to_mesh, args.to_devices)

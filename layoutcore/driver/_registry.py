@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._capabilities import Capability
-from ._config import ConfigurationError
-from ._errors import DriverNotFoundError, DriverUnavailableError
+from .._capabilities import Capability
+from .._config import ConfigurationError
+from .._errors import DriverNotFoundError, DriverUnavailableError
 from ._frontend import Driver, HoldsValue
 
 if TYPE_CHECKING:  # importlib.metadata costs ~30 ms (email, pathlib, ...): loaded on first discovery only

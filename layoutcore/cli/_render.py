@@ -24,8 +24,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from . import geometry
-from ._layout import Layout
+from .. import geometry
+from .._layout import Layout
 
 __all__ = ["Block", "blocks_of", "device_names", "device_table", "format_bounds", "layout_summary", "render_layout"]
 

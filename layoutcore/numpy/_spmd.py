@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from . import geometry, propagation
-from ._errors import LayoutError, UnsupportedLayoutError
-from ._layout import Layout
+from .. import geometry, propagation
+from .._errors import LayoutError, UnsupportedLayoutError
+from .._layout import Layout
 
 __all__ = ["array_function", "einsum", "elementwise", "matmul", "reduce_sum", "transpose", "ufunc"]
 

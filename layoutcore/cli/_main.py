@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import layoutcore as lc
+import layoutcore.driver as lcd
 
-from ._cli_args import (
+from ._args import (
     REPLICATED_TOKENS,
     MissingDependencyError,
     UsageError,
@@ -30,7 +31,7 @@ from ._cli_args import (
     parse_mesh,
     parse_shape,
 )
-from ._cli_args import console as _console
+from ._args import console as _console
 from ._tour import TOUR_DEVICES
 
 __all__ = [
@@ -94,13 +95,13 @@ def _cmd_drivers(args: argparse.Namespace, extra: list[str]) -> int:
     table.add_column("driver", no_wrap=True)
     table.add_column("status", no_wrap=True)
     # Wide enough for the longest capability name, so that names wrap between, never inside.
-    table.add_column("capabilities", min_width=max(len(str(c)) for c in lc.Capability))
+    table.add_column("capabilities", min_width=max(len(str(c)) for c in lcd.Capability))
     table.add_column("install", min_width=len("'layoutcore[tensorflow]'"), overflow="fold")
     active = lc.active_driver_name()
     # A registered plug-in that fails to import is warned about by driver_infos; list it here instead.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        infos = lc.driver_infos()
+        infos = lcd.driver_infos()
     for info in infos:
         name = info.name + (" *" if info.name == active else "")
         status = "installed" if info.installed else "not installed"
@@ -113,7 +114,7 @@ def _cmd_drivers(args: argparse.Namespace, extra: list[str]) -> int:
     for warning in caught:
         console.print(f"warning: {warning.message}", soft_wrap=True)
     console.print(
-        f"* active driver: {active!r} (chosen by driver=, use_driver, set_driver, ${lc.DRIVER_ENV}, else 'numpy'). "
+        f"* active driver: {active!r} (chosen by driver=, use_driver, set_driver, ${lcd.DRIVER_ENV}, else 'numpy'). "
         "Every driver supports even layouts with one mesh axis per tensor axis; the capabilities are what it "
         "supports beyond that.",
         soft_wrap=True,
@@ -134,7 +135,7 @@ def _cmd_conformance(args: argparse.Namespace, extra: list[str]) -> int:
     return int(suite.run(list(pytest_args), driver=args.driver))
 
 
-def _load_driver(name: str) -> lc.Driver:
+def _load_driver(name: str) -> lcd.Driver:
     try:
         return lc.get_driver(name)
     except (lc.DriverNotFoundError, lc.DriverUnavailableError, lc.ConfigurationError) as exc:
@@ -147,7 +148,7 @@ def _check_driver_name(name: str | None) -> None:
     name = name or lc.active_driver_name()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a broken plug-in is reported by its own info below
-        infos = {info.name: info for info in lc.driver_infos()}
+        infos = {info.name: info for info in lcd.driver_infos()}
     if name not in infos:
         raise UsageError(f"--driver {name!r}: no such driver; installed drivers: {sorted(infos)}")
     if not infos[name].installed:
@@ -156,14 +157,14 @@ def _check_driver_name(name: str | None) -> None:
 
 def _cmd_tour(args: argparse.Namespace, extra: list[str]) -> int:
     # Before the driver is first created, so that every framework starts with the guide's 6 devices.
-    os.environ.setdefault(lc.CPU_DEVICES_ENV, str(TOUR_DEVICES))
+    os.environ.setdefault(lcd.CPU_DEVICES_ENV, str(TOUR_DEVICES))
     name = args.driver or lc.active_driver_name()
     driver = _load_driver(name)
     available = driver.list_devices()
     if len(available) < TOUR_DEVICES:
         raise UsageError(
             f"the tour needs {TOUR_DEVICES} devices but the {driver.name!r} driver has {len(available)} "
-            f"({available}); set {lc.CPU_DEVICES_ENV}={TOUR_DEVICES} before the framework starts"
+            f"({available}); set {lcd.CPU_DEVICES_ENV}={TOUR_DEVICES} before the framework starts"
         )
     from ._tour import Tour
 
@@ -225,7 +226,7 @@ def _build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"layoutcore {lc.__version__}")
-    driver_help = f"driver to use (default: ${lc.DRIVER_ENV}, else 'numpy'); see `layoutcore drivers`"
+    driver_help = f"driver to use (default: ${lcd.DRIVER_ENV}, else 'numpy'); see `layoutcore drivers`"
     parser.add_argument("--driver", metavar="NAME", help=driver_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -247,7 +248,7 @@ def _build_parser() -> argparse.ArgumentParser:
         f"Variable, LayoutMap, SPMD matmul) on the active driver with {TOUR_DEVICES} CPU devices, checking every result "
         "against the NumPy shard math.",
         _cmd_tour,
-        epilog=f"Sets {lc.CPU_DEVICES_ENV}={TOUR_DEVICES} unless it is already set. Exit status 1 if a check fails.",
+        epilog=f"Sets {lcd.CPU_DEVICES_ENV}={TOUR_DEVICES} unless it is already set. Exit status 1 if a check fails.",
     )
     # SUPPRESS: without it the subcommand's default None would overwrite `layoutcore --driver X tour`.
     tour.add_argument("--driver", metavar="NAME", default=argparse.SUPPRESS, help=driver_help)

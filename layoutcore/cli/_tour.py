@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import layoutcore as lc
+import layoutcore.driver as lcd
 
-from . import propagation
+from .. import propagation
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,7 +59,7 @@ class Step:
 class Tour:
     """Runs :data:`STEPS` on ``driver`` with the guide's six devices, counting the checks."""
 
-    def __init__(self, console: Console, driver: lc.Driver, available: list[str]) -> None:
+    def __init__(self, console: Console, driver: lcd.Driver, available: list[str]) -> None:
         self.console = console
         self.driver = driver
         self.available = available
@@ -135,8 +136,8 @@ class Tour:
             f"({type(drv).__module__}.{type(drv).__qualname__})."
         )
         self.say(
-            f"Devices: {self.devices} ({len(self.available)} available; {lc.CPU_DEVICES_ENV}="
-            f"{os.environ.get(lc.CPU_DEVICES_ENV)}). Pick another driver with --driver NAME or ${lc.DRIVER_ENV}."
+            f"Devices: {self.devices} ({len(self.available)} available; {lcd.CPU_DEVICES_ENV}="
+            f"{os.environ.get(lcd.CPU_DEVICES_ENV)}). Pick another driver with --driver NAME or ${lcd.DRIVER_ENV}."
         )
         for number, step in enumerate(STEPS, start=1):
             self.section(f"{number}. {step.title}")

@@ -48,14 +48,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from ._capabilities import Capability
-from ._layout import Layout
-from ._mesh import Mesh
+from .._capabilities import Capability
+from .._dtypes import ALL_DTYPES
+from .._layout import Layout
+from .._mesh import Mesh
 
 if TYPE_CHECKING:
-    from ._layout_map import LayoutMap
+    from .._layout_map import LayoutMap
 
 __all__ = ["DriverHooks", "VariableHandle"]
+
+_ALL_DTYPES = frozenset(ALL_DTYPES)
 
 
 class VariableHandle:
@@ -93,9 +96,6 @@ class DriverHooks(abc.ABC):
     requires: ClassVar[tuple[str, ...]] = ()
     #: The command that installs what :attr:`requires` names, quoted in ``DriverUnavailableError``.
     install_hint: ClassVar[str] = ""
-    #: ``"module:Class"`` of the conformance suite's raw-data adapter for this driver (a
-    #: ``layoutcore_conformance.ConformanceAdapter`` subclass that uses framework calls only).
-    conformance_adapter: ClassVar[str] = ""
     #: Fully qualified names (``type.__module__ + "." + type.__qualname__``) of the driver's native
     #: distributed tensor types, e.g. ``("jaxlib._jax.ArrayImpl",)`` or
     #: ``("torch.distributed.tensor.DTensor",)``. The registry routes a value whose type (or a base
@@ -253,6 +253,29 @@ class DriverHooks(abc.ABC):
     # ==========================================================================================
     # Optional hooks (the defaults shown are what a driver gets without overriding)
     # ==========================================================================================
+    def supported_dtypes(self) -> frozenset[str]:
+        """The dtypes this driver holds now, by canonical name (:data:`~layoutcore.driver.ALL_DTYPES`;
+        default: all 17).
+
+        A method, not a class attribute, because the answer may depend on the framework's
+        configuration at call time (JAX without ``jax_enable_x64`` holds no 64-bit dtype). The
+        front-end refuses a value of any other of the 17 dtypes with
+        ``UnsupportedLayoutError(feature=Limitation.DTYPE)`` naming the dtype and the driver, before
+        a hook runs: in ``distribute_tensor``, ``copy_to_mesh`` and ``relayout`` of a plain value,
+        ``pack``, ``Variable`` and ``Variable.assign``, and on ``call_with_layout``'s result. The
+        conformance suite takes its expected refusals from this set, never from trial. Dtypes
+        outside the 17 (text, dates, records) are the driver's own business (:meth:`prepare_input`).
+        A declared dtype must move bit for bit through every data function (a same-width integer
+        view where the framework's kernels lack it: docs/dtypes.md).
+        """
+        return _ALL_DTYPES
+
+    def unsupported_dtype_reason(self, name: str) -> str:
+        """Why this driver does not hold dtype ``name`` (one of the 17, outside :meth:`supported_dtypes`),
+        and what to do instead: the end of the front-end's refusal message."""
+        held = ", ".join(d for d in ALL_DTYPES if d in self.supported_dtypes())
+        return f"its framework has no {name} dtype; cast the value to one it holds first ({held})"
+
     def is_traced(self, value: Any) -> bool:
         """Whether ``value`` lives inside the framework's compiler (default: never).
 

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import _spmd, geometry
-from ._capabilities import Capability
-from ._config import cpu_device_count
-from ._frontend import Driver
-from ._layout import Layout
-from ._plan import Transfer, relayout_transfers
+from .. import geometry
+from .._capabilities import Capability
+from .._config import cpu_device_count
+from .._layout import Layout
+from .._relayout_plan import Transfer, relayout_transfers
+from ..driver._frontend import Driver
+from . import _spmd
 
 __all__ = ["NumpyDriver", "ShardedArray"]
 
@@ -247,9 +248,8 @@ class NumpyDriver(Driver):
     capabilities = frozenset(Capability)  # traced included, vacuously: NumPy has no compiler, so no tracer
     # Components are read-only views of the caller's array (no copy): its later writes show through.
     input_aliasing = "shares"
-    native_types = ("layoutcore._numpy_driver.ShardedArray",)
+    native_types = ("layoutcore.numpy._driver.ShardedArray",)
     install_hint = "pip install layoutcore"
-    conformance_adapter = "layoutcore_conformance.adapters:NumpyAdapter"
 
     def __init__(self, num_devices: int | None = None) -> None:
         super().__init__()

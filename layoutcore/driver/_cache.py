@@ -1,0 +1,104 @@
+"""One bounded, thread-safe least-recently-used cache for the front-end and every driver.
+
+Conversions between layoutcore's hashable values and a framework's objects are pure and
+recomputable, so a cache bounded in entries that evicts the least recently used one keeps a
+long-running process (a new mesh per request, a sweep over layouts) from growing without
+limit, while the hot entries of a training loop stay. A lock makes each operation atomic: a
+driver is shared by threads, and an ``OrderedDict`` reordered by two threads at once corrupts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["LRUCache"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+_MISSING: object = object()
+
+
+class LRUCache(Generic[K, V]):
+    """At most ``maxsize`` entries; a hit makes its entry the most recent, an insert past the bound
+    evicts the least recent.
+
+    Example:
+        >>> cache: LRUCache[str, int] = LRUCache(2)
+        >>> cache.put("a", 1); cache.put("b", 2); cache.get("a"); cache.put("c", 3)
+        1
+        >>> sorted(cache.keys())
+        ['a', 'c']
+
+    Raises:
+        ValueError: ``maxsize`` is not a positive int (at construction).
+    """
+
+    __slots__ = ("_data", "_lock", "maxsize")
+
+    def __init__(self, maxsize: int) -> None:
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
+            raise ValueError(f"LRUCache maxsize must be a positive int. Received: {maxsize!r}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value cached for ``key`` (now the most recent), else ``default``."""
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._data.move_to_end(key)
+            return value  # type: ignore[return-value]  # not _MISSING: a V
+
+    def put(self, key: K, value: V) -> None:
+        """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            if len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
+        """The cached value for ``key``, computing and caching it on a miss.
+
+        ``compute`` runs outside the lock (it may be slow or call back into the cache); two
+        threads missing at once both compute, and the later result is kept: both are equal.
+        """
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is not _MISSING:
+                self._data.move_to_end(key)
+                return value  # type: ignore[return-value]  # not _MISSING: a V
+        value = compute()
+        self.put(key, value)
+        return value
+
+    def pop(self, key: K) -> V | None:
+        """Remove ``key``'s entry and return its value (``None`` where there was none)."""
+        with self._lock:
+            return self._data.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._data.clear()
+
+    def keys(self) -> list[K]:
+        """The cached keys, least recent first (a snapshot)."""
+        with self._lock:
+            return list(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"LRUCache({self.maxsize})"
