@@ -33,7 +33,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -43,7 +43,15 @@ from layoutcore import Layout, Mesh
 if TYPE_CHECKING:
     import jax
 
-    from ._driver import JaxDriver
+
+class JaxDriver(Protocol):
+    """What the relayout needs of the JAX driver (a protocol: the driver module imports this one)."""
+
+    _by_name: dict[str, Any]
+    _multiprocess: bool
+
+    def native_fetch_layout(self, tensor: Any) -> Layout: ...
+
 
 __all__ = ["CollectiveBytes", "hlo_moved_bytes", "native_moved_bytes", "relayout_at_floor"]
 

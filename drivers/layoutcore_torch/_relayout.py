@@ -37,7 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, UnsupportedLayoutError
@@ -45,8 +45,16 @@ from layoutcore.driver import Capability
 
 from . import _convert, _private
 
-if TYPE_CHECKING:
-    from ._driver import TorchDriver
+
+class TorchDriver(Protocol):
+    """What the relayout needs of the torch driver (a protocol: the driver module imports this one)."""
+
+    def world(self) -> Any: ...
+    def spmd(self, n: int) -> Any: ...
+    def device_mesh(self, mesh: Mesh) -> Any: ...
+    def native_fetch_layout(self, tensor: Any) -> Layout: ...
+    def _from_local(self, shards: dict[int, Any], layout: Layout, shape: tuple[int, ...], like: Any) -> Any: ...
+
 
 __all__ = ["CollectiveBytes", "RelayoutSchedule", "native_is_at_floor", "relayout_at_floor", "schedule"]
 
