@@ -136,3 +136,16 @@ def test_orbax_missing_sharding(orbax_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(lc.CheckpointError, match="_sharding") as err:
         ckpt.load(bad)
     assert err.value.file == str(bad / "_sharding")
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch", "tensorflow"])
+def test_tensor_spec_conversions_against_the_framework(framework: str) -> None:
+    """TensorSpec <-> NamedSharding/ShapeDtypeStruct (+ Orbax's own _sharding reader), torch
+    placements incl. _StridedShard (data placed by torch under LocalTensorMode), TF layout
+    strings (data placed by TF): round trips or typed refusals, per random spec."""
+    out = run(framework, "conversions_worker.py", framework, "40")
+    assert f"OK {framework}" in out
+
+
+def test_orbax_restore_target_from_tensor_specs(orbax_dir: Path) -> None:
+    assert "OK restore 11" in run("jax", "orbax_restore_worker.py", str(orbax_dir))
