@@ -3,6 +3,7 @@
 Run from the repository root with the driver's environment::
 
     LAYOUTCORE_DRIVER=jax python benchmarks/bench_frontend.py [--reps 3000]
+    python benchmarks/bench_frontend.py --mesh-scale    # bind_mesh + check_layout at 8, 8 192, 65 536 devices
 
 For ``distribute_tensor``, ``relayout`` and ``fetch_layout`` of a 16 x 16 float32 array on a 4 x 2
 mesh (``("x", "y")`` -> ``("y", "x")``), it times the public call (``layoutcore.<op>``: registry,
@@ -30,10 +31,49 @@ import numpy as np
 import layoutcore as lc
 
 
+def mesh_scale(reps: int, sizes: tuple[int, ...] = (8, 8192, 65536)) -> dict[int, float]:
+    """Median CPU microseconds of ``bind_mesh`` + ``check_layout`` on a concrete mesh of each size.
+
+    What the front-end pays per call for the mesh itself (hashing, binding, the capability check):
+    O(1) in the number of devices is the target (65 536 devices within 3x of 8). The NumPy driver
+    with exactly that many devices; sizes interleaved, so load affects all alike.
+    """
+    from layoutcore.numpy import NumpyDriver
+
+    cases = []
+    for n in sizes:
+        drv = NumpyDriver(num_devices=n)
+        mesh = lc.Mesh((n // 8, 8), ("x", "y"), devices=[f"CPU:{i}" for i in range(n)])
+        layout, shape = lc.Layout(("x", None), mesh), (n, 16)
+        drv.bind_mesh(mesh)
+        drv.check_layout(layout, shape)
+        cases.append((n, drv, mesh, layout, shape))
+    clock = time.process_time
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(reps):
+        for n, drv, mesh, layout, shape in cases:
+            start = clock()
+            for _ in range(10):
+                drv.bind_mesh(mesh)
+                drv.check_layout(layout, shape)
+            times[n].append((clock() - start) / 10)
+    return {n: statistics.median(t) * 1e6 for n, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3000, help="interleaved pairs per operation")
+    parser.add_argument(
+        "--mesh-scale", action="store_true", help="only bind_mesh + check_layout at 8 .. 65 536 devices"
+    )
     args = parser.parse_args()
+    if args.mesh_scale:
+        result = mesh_scale(max(args.reps // 10, 30))
+        for n, us in result.items():
+            print(
+                f"bind_mesh + check_layout, {n:6} devices: {us:8.2f} us   ({us / result[min(result)]:.2f}x the smallest)"
+            )
+        return
     drv = lc.get_driver()
     mesh = lc.Mesh((4, 2), ("x", "y"))
     source, target = lc.Layout(("x", "y"), mesh), lc.Layout(("y", "x"), mesh)

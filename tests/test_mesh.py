@@ -476,3 +476,25 @@ def test_device_type_of_abstract_and_remote_meshes() -> None:
     remote = Mesh((2,), ("x",), [worker(0), worker(1)])
     assert remote.device_type() == "GPU"
     assert remote.local_devices() == [worker(0), worker(1)]
+
+
+def test_equality_compares_every_field_and_hash_agrees_with_it() -> None:
+    devices = [f"CPU:{i}" for i in range(8)]
+    base = Mesh((4, 2), ("x", "y"), devices, name="m")
+    same = Mesh((4, 2), ("x", "y"), [d.lower() for d in devices], name="m")
+    assert base == same and hash(base) == hash(same) and base is not same
+    assert base == pickle.loads(pickle.dumps(base)) and hash(base) == hash(pickle.loads(pickle.dumps(base)))
+    others = [
+        Mesh((4, 2), ("x", "y"), devices[::-1], name="m"),  # only the device order differs
+        Mesh((4, 2), ("x", "y"), devices, name="n"),
+        Mesh((4, 2), ("x", "z"), devices, name="m"),
+        Mesh((2, 4), ("x", "y"), devices, name="m"),
+        Mesh((4, 2), ("x", "y"), name="m"),
+    ]
+    for other in others:
+        assert base != other and other != base
+    assert len({base, same, *others}) == 1 + len(others)
+    # A mesh rebound to devices (the front-end's path) is equal to, and hashes as, one built with them.
+    bound = Mesh((4, 2), ("x", "y"), name="m")._with_checked_devices(tuple(devices))
+    assert bound == base and hash(bound) == hash(base)
+    assert (base == "not a mesh") is False
