@@ -1,36 +1,41 @@
 """Bytes each framework really moves for a relayout, against the physical minimum (``floor_bytes``).
 
-One process per framework, each in its own environment, on 8 CPU devices::
+Two contenders per framework: the framework's own move (*native*: ``jax.device_put`` /
+``DTensor.redistribute``, what layoutcore's drivers ran before they planned relayouts) and
+layoutcore's ``relayout`` (*layoutcore*: the driver keeps the native move where it is at the floor
+and runs ``relayout_plan``'s transfers elsewhere). On 8 CPU devices, each framework in its own
+environment::
 
     PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_bytes.py jax
-    PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_bytes.py torch
+    PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_bytes.py torch        # simulation
+    PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_bytes.py torch-gloo   # 8 gloo processes
     python benchmarks/bench_relayout_bytes.py table     # merge into results/bench_relayout_bytes.md
 
 *Moved bytes* are the bytes all devices together receive, as the floor counts them
 (``floor_bytes = Σ_d |B_d \\ A_d|·itemsize``), so ``efficiency = floor_bytes / moved_bytes`` is 1.0
 for a relayout that moves nothing it need not.
 
-* **JAX**: the collectives of the compiled HLO of ``jax.jit(lambda a: a, out_shardings=...)``
-  applied to an input with the source sharding. Each device runs the SPMD program, so a
-  collective's per-device received bytes count once per device: an ``all-gather`` receives
-  ``result - operand``; an ``all-to-all`` over a group of ``g`` receives ``(g-1)/g`` of its
-  operands; a ``collective-permute`` sends its operand once per pair with ``source != target``;
-  ``reduce-scatter`` ``(g-1)/g`` and ``all-reduce`` ``2(g-1)/g`` of the operand (ring lower bounds).
-* **torch**: the collectives ``DTensor.redistribute`` issues under layoutcore's single-process
-  simulation (``LocalTensorMode``), recorded by a ``CommDebugMode`` subclass with each rank's input
-  size: ``all_gather_into_tensor`` receives ``(g-1)`` inputs, ``shard_dim_alltoall`` and
-  ``all_to_all_single`` ``(g-1)/g`` of the input, ``reduce_scatter_tensor`` ``(g-1)/g``,
-  ``all_reduce`` ``2(g-1)/g``, ``broadcast`` ``(g-1)/g`` (averaged over the group).
-* **TF** DTensor is not measured: its relayout runs inside TF's runtime, which exposes no
-  collective sizes to Python.
+* **JAX** (``layoutcore_jax._relayout.CollectiveBytes``): the collectives of the compiled HLO of
+  every program executed (and, for ``device_put``, of ``jax.jit(lambda a: a, out_shardings=...)``,
+  the program XLA runs for that move). Each device runs the SPMD program, so a collective's
+  per-device bytes count once per device: an ``all-gather`` receives ``result - operand``; an
+  ``all-to-all`` over ``g`` receives ``(g-1)/g`` of its operands; a ``collective-permute`` carries
+  its operand once per pair with ``source != target``; ``reduce-scatter`` ``(g-1)/g`` and
+  ``all-reduce`` ``2(g-1)/g`` of the operand (ring lower bounds).
+* **torch** (``layoutcore_torch._relayout.CollectiveBytes``): the collectives issued, with their
+  own arguments: under the simulation (``LocalTensorMode``) the simulated collective
+  implementations, on gloo a ``CommDebugMode`` per rank (each rank's sent bytes, summed over the
+  ranks). ``all_to_all_single`` with split sizes counts its splits to other ranks exactly,
+  ``all_gather_into_tensor`` ``(g-1)`` inputs, ``shard_dim_alltoall`` ``(g-1)/g`` of the input.
+* **TF** DTensor is not measured: its relayout is expanded to collectives inside TF's C++ runtime
+  (the DTensor MLIR SPMD expansion), which exposes no collective sizes to Python; see
+  docs/before-you-run.md for the plan-based estimate.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +64,7 @@ CASES: dict[str, tuple[lc.Layout, lc.Layout, tuple[int, ...]]] = {
         lc.Layout([None, ("x", "y")], GRID),
         SHAPE,
     ),
+    "(x,y) → (None,(x,y)) on 4x2": (lc.Layout(["x", "y"], GRID), lc.Layout([None, ("x", "y")], GRID), SHAPE),
     "cross-mesh 4x2 (x,None) → 8 (None,z)": (lc.Layout(["x", None], GRID), lc.Layout([None, "z"], FLAT), SHAPE),
 }
 
@@ -73,80 +79,22 @@ def _refusal(floor: int, exc: Exception) -> dict[str, Any]:
     return {"floor_bytes": floor, "error": f"{type(exc).__name__}: {str(exc)[:160]}", "refused": reason}
 
 
+def _contender(floor: int, count: Any) -> dict[str, Any]:
+    """``count()`` -> (moved bytes, collectives); a refusal (typed error, torch's NotImplementedError) is reported."""
+    try:
+        moved, ops = count()
+    except Exception as exc:
+        return _refusal(floor, exc)
+    return {"moved_bytes": moved, "collectives": ops}
+
+
 # ------------------------------------------------------------------------------------------------
 # JAX: collective sizes in the compiled HLO
 # ------------------------------------------------------------------------------------------------
-_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "s32": 4, "s64": 8, "u8": 1, "s8": 1, "pred": 1}
-_ARRAY = re.compile(r"\b(f32|f16|bf16|f64|s32|s64|u8|s8|pred)\[([\d,]*)\]")
-_DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(.*?)\s+([\w\-]+)\(")
-
-
-def _shape_bytes(text: str) -> int:
-    """Bytes of an HLO shape (an array, or a tuple of arrays) written at the start of ``text``."""
-    head = text if not text.startswith("(") else text[: text.index(")") + 1]
-    if not text.startswith("("):
-        head = text.split(" ", 1)[0]
-    return sum(_DTYPE_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d) for t, dims in _ARRAY.findall(head))
-
-
-def _group_size(line: str, devices: int) -> int:
-    groups = re.search(r"replica_groups=\{(\{[\d,]*\})", line)
-    if groups:
-        return len(groups.group(1).strip("{}").split(","))
-    iota = re.search(r"replica_groups=\[([\d,]+)\]<=", line)
-    if iota:
-        return int(iota.group(1).split(",")[-1])
-    mesh = re.search(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\S+)?\s*\{([^}]*)\}", line)
-    if mesh:  # {'a'} is all of axis a; {'a':(2)2} a sub-axis of size 2
-        sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
-        return math.prod(
-            int(sub) if sub else int(sizes[a]) for a, sub in re.findall(r"'(\w+)'(?::\(\d+\)(\d+))?", mesh.group(2))
-        )
-    return devices
-
-
-def hlo_moved_bytes(hlo: str, devices: int) -> tuple[int, list[str]]:
-    """Bytes all devices receive through the collectives of an SPMD-partitioned HLO module."""
-    shapes: dict[str, int] = {}
-    moved = 0
-    seen: list[str] = []
-    for line in hlo.splitlines():
-        match = _DEF.match(line)
-        if not match:
-            continue
-        name, shape, op = match.groups()
-        shapes[name] = _shape_bytes(shape)
-        op = op.removesuffix("-start")
-        if op.endswith("-done") or op not in {
-            "all-gather",
-            "all-to-all",
-            "collective-permute",
-            "all-reduce",
-            "reduce-scatter",
-        }:
-            continue
-        args = line[match.end() :].split(")", 1)[0]
-        names = re.findall(r"%[\w.\-]+", args)  # "/*index=5*/%x" too
-        operand = sum(shapes[a] for a in names)
-        # A tuple all-to-all sends operand i to group member i: the group is as long as the tuple.
-        g = len(names) if op == "all-to-all" and len(names) > 1 else _group_size(line, devices)
-        if op == "all-gather":
-            per_device = shapes[name] - operand
-            moved += per_device * devices
-        elif op in ("all-to-all", "reduce-scatter"):
-            moved += operand * (g - 1) // g * devices
-        elif op == "all-reduce":
-            moved += 2 * operand * (g - 1) // g * devices
-        else:  # collective-permute: one operand per pair that leaves its device
-            pairs = re.findall(r"\{(\d+),(\d+)\}", line.split("source_target_pairs=", 1)[1])
-            moved += operand * sum(1 for s, t in pairs if s != t)
-        seen.append(f"{op} g={g}")
-    return moved, seen
-
-
 def measure_jax() -> dict[str, Any]:
     import jax
     import numpy as np
+    from layoutcore_jax._relayout import CollectiveBytes, hlo_moved_bytes
 
     driver = lc.get_driver("jax")
     out: dict[str, Any] = {"statistic": "count", "framework": f"jax {jax.__version__}", "cases": {}}
@@ -154,137 +102,197 @@ def measure_jax() -> dict[str, Any]:
         floor = floor_bytes(source, target, shape)
         try:
             value = lc.distribute_tensor(np.zeros(shape, np.float32), source, driver=driver)
-            sharding = lc.relayout(value, target, driver=driver).sharding  # the driver's own target sharding
-            compiled = jax.jit(lambda a: a, out_shardings=sharding).lower(value).compile()
-            moved, ops = hlo_moved_bytes(compiled.as_text(), len(DEVICES))
-            out["cases"][case] = {"floor_bytes": floor, "moved_bytes": moved, "collectives": ops}
-        except Exception as exc:  # a relayout JAX cannot express is reported, not hidden
+        except Exception as exc:  # a layout JAX cannot express is reported, not hidden
             out["cases"][case] = _refusal(floor, exc)
+            continue
+
+        def native(value: Any = value, target: lc.Layout = target) -> tuple[int, list[str]]:
+            sharding = driver.named_sharding(target)  # type: ignore[attr-defined]
+            compiled = jax.jit(lambda a: a, out_shardings=sharding).lower(value).compile()
+            return hlo_moved_bytes(compiled.as_text(), len(DEVICES))
+
+        def planned(value: Any = value, target: lc.Layout = target) -> tuple[int, list[str]]:
+            with CollectiveBytes() as counted:
+                lc.relayout(value, target, driver=driver)
+            return counted.moved, counted.ops
+
+        out["cases"][case] = {
+            "floor_bytes": floor,
+            "native": _contender(floor, native),
+            "layoutcore": _contender(floor, planned),
+        }
     return out
 
 
 # ------------------------------------------------------------------------------------------------
-# torch: collectives issued by DTensor.redistribute under the simulation
+# torch: collectives issued by DTensor.redistribute and by layoutcore's relayout
 # ------------------------------------------------------------------------------------------------
-def measure_torch() -> dict[str, Any]:
+def _torch_cases(driver: Any) -> dict[str, Any]:
+    """Per case: floor, native (``DTensor.redistribute``) and layoutcore bytes as this process counts them."""
     import numpy as np
-    import torch
-    import torch.distributed as dist
-    from layoutcore_torch import _convert, _private
-    from torch.distributed.tensor.debug import CommDebugMode
+    from layoutcore_torch import _convert
+    from layoutcore_torch._relayout import CollectiveBytes
 
-    def group_size(name: Any) -> int:
-        return int(dist.distributed_c10d._resolve_process_group(name).size())
-
-    class Recorder(CommDebugMode):  # type: ignore[misc]
-        """CommDebugMode that also keeps each collective's per-rank input bytes."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.moved = 0
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if not isinstance(func, torch._ops.HigherOrderOperator) and not any(t.__name__ == "DTensor" for t in types):
-                self._record(str(func._overloadpacket), args)
-            return super().__torch_dispatch__(func, types, args, kwargs)
-
-        def _record(self, op: str, args: Any) -> None:
-            name = op.rsplit(".", 1)[-1]
-            if name in {"wait_tensor", "_wrap_tensor_autograd"} or not (
-                op.startswith(("_c10d_functional.", "c10d_functional.")) or name == "shard_dim_alltoall"
-            ):
-                return
-            tensor = args[0]
-            per_rank = (
-                [t.numel() * t.element_size() for t in _private.local_tensors(tensor).values()]
-                if _private.is_local_tensor(tensor)
-                else [tensor.numel() * tensor.element_size()]
-            )
-            if name == "all_gather_into_tensor":
-                g = int(args[1])
-                moved = sum((g - 1) * b for b in per_rank)
-            elif name in {"shard_dim_alltoall", "all_to_all_single"}:
-                g = group_size(args[-1])
-                moved = sum(b * (g - 1) // g for b in per_rank)
-            elif name == "reduce_scatter_tensor":
-                g = int(args[2])
-                moved = sum(b * (g - 1) // g for b in per_rank)
-            elif name == "all_reduce":
-                g = group_size(args[-1])
-                moved = sum(2 * b * (g - 1) // g for b in per_rank)
-            elif name == "broadcast":
-                g = group_size(args[-1])
-                moved = sum(b * (g - 1) // g for b in per_rank)
-            else:
-                raise RuntimeError(f"unaccounted collective {op}")
-            self.moved += moved
-            self.ops.append(f"{name} g={g}")
-
-    driver = lc.get_driver("torch")
-    out: dict[str, Any] = {"statistic": "count", "framework": f"torch {torch.__version__}", "cases": {}}
+    cases: dict[str, Any] = {}
     for case, (source, target, shape) in CASES.items():
         floor = floor_bytes(source, target, shape)
-        try:
-            value = lc.distribute_tensor(np.zeros(shape, np.float32), source, driver=driver)
-            assert target.mesh is not None
-            device_mesh = driver.device_mesh(target.mesh)  # type: ignore[attr-defined]
-            with driver.spmd(target.mesh.size), Recorder() as recorder:  # type: ignore[attr-defined]
+        value = lc.distribute_tensor(np.zeros(shape, np.float32), source, driver=driver)
+        assert target.mesh is not None
+
+        def native(value: Any = value, target: lc.Layout = target) -> tuple[int, list[str]]:
+            device_mesh = driver.device_mesh(target.mesh)
+            with driver.spmd(target.mesh.size), CollectiveBytes() as counted:  # type: ignore[union-attr]
                 value.redistribute(device_mesh, _convert.placements(target))
-            out["cases"][case] = {"floor_bytes": floor, "moved_bytes": recorder.moved, "collectives": recorder.ops}
-        except Exception as exc:
-            out["cases"][case] = _refusal(floor, exc)
-    return out
+            return counted.moved, counted.ops
+
+        def planned(value: Any = value, target: lc.Layout = target) -> tuple[int, list[str]]:
+            with CollectiveBytes() as counted:
+                lc.relayout(value, target, driver=driver)
+            return counted.moved, counted.ops
+
+        cases[case] = {
+            "floor_bytes": floor,
+            "native": _contender(floor, native),
+            "layoutcore": _contender(floor, planned),
+        }
+    return cases
+
+
+def measure_torch() -> dict[str, Any]:
+    import torch
+
+    driver = lc.get_driver("torch")
+    return {
+        "statistic": "count",
+        "framework": f"torch {torch.__version__} (simulation)",
+        "cases": _torch_cases(driver),
+    }
+
+
+def _gloo_worker(rank: int, port: int, world: int) -> None:
+    """One of ``world`` gloo ranks: count this rank's bytes, sum them over the ranks, rank 0 prints JSON."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    mine = _torch_cases(lc.get_driver("torch"))
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if rank == 0:
+        cases = {}
+        for case, first in mine.items():
+            merged = {"floor_bytes": first["floor_bytes"]}
+            for who in ("native", "layoutcore"):
+                if "error" in first[who]:
+                    merged[who] = first[who]
+                else:
+                    merged[who] = {
+                        "moved_bytes": sum(r[case][who]["moved_bytes"] for r in everyone),
+                        "collectives": first[who]["collectives"],
+                    }
+            cases[case] = merged
+        data = {
+            "statistic": "count",
+            "framework": f"torch {torch.__version__} (gloo, {world} processes)",
+            "cases": cases,
+        }
+        print(json.dumps(data), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure_torch_gloo(world: int = 8) -> dict[str, Any]:
+    """The same cases on ``world`` real gloo processes on 127.0.0.1 (one rank each)."""
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "MASTER_", "RANK", "WORLD_SIZE"))}
+    env["LAYOUTCORE_DRIVER"] = "torch"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "torch-gloo-worker", str(r), str(port), str(world)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+        if p.returncode:
+            raise RuntimeError(f"gloo rank {r} failed (rc {p.returncode}):\n{err[-3000:]}")
+    return json.loads(outs[0][0].strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------------------------------
 # Table
 # ------------------------------------------------------------------------------------------------
-def _cell(case: dict[str, Any] | None) -> str:
+def _cell(case: dict[str, Any] | None, floor: int) -> str:
     if case is None:
         return "not run"
     if "error" in case:
         return f"refused ({case.get('refused', 'error')})"
     moved = case["moved_bytes"]
     if moved == 0:
-        return "1.00 (0 B)" if case["floor_bytes"] == 0 else "0 B moved?"
-    return f"{case['floor_bytes'] / moved:.2f} ({moved // 1024} KiB)"
+        return "1.00 (0 B)" if floor == 0 else "0 B moved?"
+    return f"{floor / moved:.2f} ({moved // 1024} KiB)"
+
+
+RUNS = ("jax", "torch", "torch-gloo")
 
 
 def table() -> str:
     runs = {}
-    for framework in ("jax", "torch"):
-        path = RESULTS / f"bench_relayout_bytes.{framework}.json"
+    for name in RUNS:
+        path = RESULTS / f"bench_relayout_bytes.{name}.json"
         if path.exists():
-            runs[framework] = json.loads(path.read_text("utf-8"))
+            runs[name] = json.loads(path.read_text("utf-8"))
     header = "| relayout (512x512 float32, 8 CPU devices) | floor |"
     rule = "| --- | ---: |"
     for data in runs.values():
-        header += f" {data['framework']}: efficiency (moved) |"
-        rule += " ---: |"
+        header += f" {data['framework']}: native | layoutcore |"
+        rule += " ---: | ---: |"
     lines = [header, rule]
     for case, (source, target, shape) in CASES.items():
         floor = floor_bytes(source, target, shape)
         row = f"| {case} | {floor // 1024} KiB |"
         for data in runs.values():
-            row += f" {_cell(data['cases'].get(case))} |"
+            result = data["cases"].get(case)
+            if result is not None and "error" in result:  # the framework cannot hold the source layout
+                row += f" {_cell(result, floor)} | {_cell(result, floor)} |"
+            else:
+                row += (
+                    f" {_cell(result and result['native'], floor)} | {_cell(result and result['layoutcore'], floor)} |"
+                )
         lines.append(row)
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
     what = argv[0] if argv else "table"
-    if what in ("jax", "torch"):
-        data = measure_jax() if what == "jax" else measure_torch()
+    if what == "torch-gloo-worker":
+        _gloo_worker(int(argv[1]), int(argv[2]), int(argv[3]))
+        return 0
+    if what in RUNS:
+        data = {"jax": measure_jax, "torch": measure_torch, "torch-gloo": measure_torch_gloo}[what]()
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"bench_relayout_bytes.{what}.json").write_text(json.dumps(data, indent=1) + "\n", "utf-8")
         for case, result in data["cases"].items():
-            moved = result.get("moved_bytes")
-            efficiency = "-" if not moved else f"{result['floor_bytes'] / moved:.3f}"
-            detail = result.get("error") or ", ".join(result["collectives"]) or "no collective"
-            print(
-                f"{case:42s} floor {result['floor_bytes']:>9d}  moved {moved!s:>9s}  efficiency {efficiency:>6s}  {detail}"
-            )
+            floor = result["floor_bytes"]
+            cells = [f"{who} {_cell(result.get(who, result), floor):>22s}" for who in ("native", "layoutcore")]
+            print(f"{case:42s} floor {floor:>9d}  " + "  ".join(cells))
         return 0
     if what == "table":
         text = table()
