@@ -277,7 +277,22 @@ def test_lying_native_fetch_layout_fails(tmp_path: Path) -> None:
     assert "test_properties::test_device_data_matches_oracle" in run.passed
 
 
-@pytest.mark.parametrize("driver", ["broken-rotated", "broken-uneven", "broken-hiding", "broken-lying-fetch"])
+def test_a_block_sent_twice_fails_the_floor(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, "broken-double-send", plugin=True, profile="smoke", subset="test_relayout_floor")
+    assert run.returncode == 1, run.output[-6000:]
+    assert "test_relayout_floor::test_random_relayouts_move_the_floor" in run.failed
+    assert {
+        "test_relayout_floor::test_benchmark_cases_move_the_floor[(x,y) -> (y,x) on 4x2]",
+        "test_relayout_floor::test_benchmark_cases_move_the_floor[cross-mesh 4x2 (x,None) -> 8 (None,z)]",
+    } <= run.failed
+    # The data is right and a relayout that moves nothing sends nothing twice: only the count sees it.
+    assert "test_relayout_floor::test_benchmark_cases_move_the_floor[None -> x]" in run.passed
+    assert "test_relayout_floor::test_a_value_that_is_already_there_moves_nothing" in run.passed
+
+
+@pytest.mark.parametrize(
+    "driver", ["broken-rotated", "broken-uneven", "broken-hiding", "broken-lying-fetch", "broken-double-send"]
+)
 def test_broken_drivers_are_registered_by_the_plugin(driver: str) -> None:
     """The plugin registers each driver under the name the runs above select."""
     code = f"import broken_drivers, layoutcore; print(layoutcore.get_driver({driver!r}).name)"

@@ -45,7 +45,8 @@ class ConformanceAdapter:
         :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
         :attr:`dtypes` (the NumPy dtype names the property tests draw from),
         :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace`, :meth:`add_inplace` and
-        :meth:`compile` (the framework's own operations and compiler); :meth:`matmul`, :meth:`einsum`,
+        :meth:`compile` (the framework's own operations and compiler); :meth:`relayout_bytes` (bytes
+        a relayout moves, for ``Capability.RELAYOUT_AT_FLOOR``); :meth:`matmul`, :meth:`einsum`,
         :meth:`add`, :meth:`sum`, :meth:`output_layout` and :meth:`reduce_pending` for the SPMD
         section (defaults: NumPy's operations, the driver's ``fetch_layout``).
     """
@@ -132,6 +133,18 @@ class ConformanceAdapter:
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """``fn`` under the framework's compiler (``jax.jit``, ``tf.function``, ``torch.compile``),
         or ``None`` where the framework has none (the NumPy reference driver)."""
+        return None
+
+    def relayout_bytes(self, relayout: Callable[[], Any]) -> tuple[Any, int] | None:
+        """Run ``relayout()`` (one layoutcore ``relayout`` call) and count the bytes the framework's
+        transfers carry between devices meanwhile, with the framework's own means (the collectives'
+        arguments, the compiled programs' collectives), never the driver's plan.
+
+        Returns ``(relayout()'s result, bytes received by all devices together)``, counted as
+        ``relayout_plan``'s ``floor_bytes`` counts them; ``None`` (the default): this adapter cannot
+        count. test_relayout_floor then skips for a driver without ``Capability.RELAYOUT_AT_FLOOR``
+        and fails for one that declares it.
+        """
         return None
 
     # -- the SPMD section (test_spmd): the framework's own operations on its native tensors ------

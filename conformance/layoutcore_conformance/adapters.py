@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,24 @@ class NumpyAdapter(ConformanceAdapter):
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
         assert isinstance(tensor, ShardedArray), type(tensor)
         return [(d, np.array(c)) for d, c in zip(tensor.devices, tensor.components, strict=True)]
+
+    def relayout_bytes(self, relayout: Callable[[], Any]) -> tuple[Any, int] | None:
+        """Counted at the reference driver's simulated wire (its ``_send``, every element a relayout moves)."""
+        from layoutcore.numpy import _driver as wire
+
+        real = wire._send
+        moved = [0]
+
+        def send(piece: np.ndarray) -> np.ndarray:
+            moved[0] += piece.nbytes
+            return real(piece)
+
+        wire._send = send
+        try:
+            result = relayout()
+        finally:
+            wire._send = real
+        return result, moved[0]
 
     def identity_op(self, tensor: Any) -> Any:
         return tensor + 0

@@ -116,6 +116,7 @@ class JaxDriver(Driver):
             Capability.MULTI_AXIS,
             Capability.MULTI_AXIS_ANY_ORDER,
             Capability.RELAYOUT_ACROSS_MESHES,
+            Capability.RELAYOUT_AT_FLOOR,
             Capability.TRACED,
         }
     )
@@ -137,6 +138,8 @@ class JaxDriver(Driver):
         self._by_name = _devices_by_name()  # applies LAYOUTCORE_CPU_DEVICES before JAX starts
         self._names = list(self._by_name)
         self._multiprocess = jax.process_count() > 1
+        if self._multiprocess:  # across processes relayout keeps device_put (_relayout's docstring)
+            self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}
         self._process_index = jax.process_index()
         self._shardings = _BoundedCache()  # Layout -> NamedSharding
         self._mesh_order = _BoundedCache()  # jax.sharding.Mesh -> its devices, flat

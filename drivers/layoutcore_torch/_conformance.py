@@ -24,6 +24,14 @@ class TorchAdapter(ConformanceAdapter):
     call it cannot trace outside its graph, on concrete values, as users get it; ``fullgraph=True`` would
     turn every refusal into dynamo's own ``Unsupported`` error instead of layoutcore's."""
 
+    def relayout_bytes(self, relayout: Callable[[], Any]) -> tuple[Any, int] | None:
+        """Counted from the arguments of every collective torch runs meanwhile (CollectiveBytes)."""
+        from ._relayout import CollectiveBytes
+
+        with CollectiveBytes() as counted:
+            result = relayout()
+        return result, counted.moved
+
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
         import torch.distributed as dist
         from torch.distributed._local_tensor import LocalTensor

@@ -57,7 +57,9 @@ class TorchDriver(Driver):
     """layoutcore on ``torch.distributed.tensor`` (see the module docstring for the two modes)."""
 
     name = "torch"
-    capabilities = frozenset({Capability.UNEVEN, Capability.MULTI_AXIS, Capability.RELAYOUT_ACROSS_MESHES})
+    capabilities = frozenset(
+        {Capability.UNEVEN, Capability.MULTI_AXIS, Capability.RELAYOUT_ACROSS_MESHES, Capability.RELAYOUT_AT_FLOOR}
+    )
     requires = ("torch",)
     install_hint = "pip install 'layoutcore[torch]'"
     conformance_adapter = "layoutcore_torch._conformance:TorchAdapter"

@@ -10,6 +10,8 @@ the NumPy adapter, which reads ``ShardedArray`` storage directly:
 * ``broken-hiding``: stores components rotated by one device, but ``unpack``, ``pack``,
   ``to_numpy`` and ``relayout`` undo the rotation, so every check through the driver's own API
   passes; only the suite's adapter-read oracle sees that the devices hold the wrong blocks.
+* ``broken-double-send``: right data everywhere, but each relayout sends one block twice: only
+  the byte count of test_relayout_floor sees it.
 * ``broken-lying-fetch``: right data everywhere, but ``native_fetch_layout`` reports every tensor
   as replicated. The front-end answers ``fetch_layout`` from its records for tensors layoutcore made,
   so only the suite's checks of the hook itself, and of a framework operation's output, see it.
@@ -106,7 +108,33 @@ class LyingFetchDriver(NumpyDriver):
         return replicated_like(super().native_fetch_layout(tensor), tensor.ndim)
 
 
-BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver, LyingFetchDriver)
+class DoubleSendDriver(NumpyDriver):
+    """Right data everywhere, but every relayout that moves anything sends its first moved block twice
+    (through the reference driver's simulated wire), so it moves more than ``relayout_plan``'s floor."""
+
+    name = "broken-double-send"
+
+    def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
+        from layoutcore.numpy import _driver as wire
+
+        sent: list[np.ndarray] = []
+        real = wire._send
+
+        def send(piece: np.ndarray) -> np.ndarray:
+            sent.append(piece)
+            return real(piece)
+
+        wire._send = send
+        try:
+            moved = super().native_relayout(tensor, layout, devices)
+        finally:
+            wire._send = real
+        if sent:
+            real(sent[0])  # the defect: the first block goes over the wire a second time
+        return moved
+
+
+BROKEN_DRIVERS = (RotatedDriver, UnevenLiarDriver, HidingDriver, LyingFetchDriver, DoubleSendDriver)
 
 for _cls in BROKEN_DRIVERS:
     lc.driver.register_driver(_cls.name, _cls, replace=True)

@@ -73,7 +73,12 @@ def test_multi_axis_out_of_mesh_order_is_refused(mesh32: Mesh) -> None:
 
 
 def test_capabilities_are_what_torch_can_express_exactly() -> None:
-    assert TorchDriver.capabilities == {Capability.UNEVEN, Capability.MULTI_AXIS}
+    assert TorchDriver.capabilities == {
+        Capability.UNEVEN,
+        Capability.MULTI_AXIS,
+        Capability.RELAYOUT_ACROSS_MESHES,
+        Capability.RELAYOUT_AT_FLOOR,
+    }
 
 
 @pytest.mark.parametrize(
@@ -238,11 +243,13 @@ def test_relayout_goes_through_redistribute(driver: TorchDriver, mesh32: Mesh) -
     assert same is a  # nothing to move
 
 
-def test_relayout_across_meshes_is_refused(driver: TorchDriver, mesh32: Mesh) -> None:
-    a = lc.distribute_tensor(np.zeros((6, 6)), Layout(("x", None), mesh32), driver=driver)
-    with pytest.raises(UnsupportedLayoutError) as err:
-        lc.relayout(a, Layout(("x", None), Mesh((6,), ("x",))), driver=driver)
-    assert err.value.feature == Capability.RELAYOUT_ACROSS_MESHES.value
+def test_relayout_across_meshes(driver: TorchDriver, mesh32: Mesh) -> None:
+    """Planned transfers (tests/drivers/torch/test_torch_relayout_floor.py counts their bytes)."""
+    x = np.arange(36.0).reshape(6, 6)
+    a = lc.distribute_tensor(x, Layout(("x", None), mesh32), driver=driver)
+    moved = lc.relayout(a, Layout((None, "x"), Mesh((6,), ("x",))), driver=driver)
+    assert Capability.RELAYOUT_ACROSS_MESHES in driver.capabilities
+    np.testing.assert_array_equal(lc.to_numpy(moved, driver=driver), x)
 
 
 def test_fetch_layout_refuses_partial(driver: TorchDriver, mesh32: Mesh) -> None:
