@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver
+from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, as_bits, dtype_name
 
 from . import _relayout
 from ._convert import (
@@ -38,8 +38,15 @@ __all__ = ["JaxDriver"]
 #: Writable NumPy inputs up to this size are copied before device_put; larger ones only if JAX aliased them.
 _COPY_BELOW_BYTES = 1 << 20
 
-# NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, void/structured, datetime, timedelta.
+# NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, datetime, timedelta; and void
+# (records), except ml_dtypes' bfloat16 and float8, whose kind is "V" too.
 _NOT_JAX_KINDS = "OUSVMm"
+_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ALL = frozenset(ALL_DTYPES)
+_WITHOUT_X64 = _ALL - X64_DTYPES
+#: The 32-bit dtype a Python number's 64-bit NumPy dtype narrows to when jax_enable_x64 is off.
+_NARROW = {"int64": np.int32, "uint64": np.uint32, "float64": np.float32, "complex128": np.complex64}
+_PYTHON_VALUES = (list, tuple, bool, int, float, complex)
 
 
 def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
@@ -49,18 +56,55 @@ def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
         UnsupportedLayoutError: ``feature="dtype"``, naming the dtype.
     """
     dtype = value.dtype
-    if dtype.kind in _NOT_JAX_KINDS:
+    if dtype.kind in _NOT_JAX_KINDS and not (dtype.kind == "V" and dtype.name in _ML_DTYPE_NAMES):
         raise UnsupportedLayoutError(
             f"The jax driver holds numbers and booleans only; {what} has dtype {dtype!r} "
             f"({'Python objects' if dtype.kind == 'O' else 'text, bytes, records or dates'}). Convert it to a numeric "
             "dtype first, or use the numpy driver.",
             driver="jax",
-            feature="dtype",
+            feature=Limitation.DTYPE,
             value=dtype,
         )
     if not dtype.isnative:  # big-endian data: the same numbers in this machine's byte order
         return value.astype(dtype.newbyteorder("="))
     return value
+
+
+def _narrow_python_value(array: np.ndarray) -> np.ndarray:
+    """A nested list's or Python number's 64-bit array in 32 bits where that loses nothing (every value,
+    NaN and -0.0 included, comes back bit for bit), as JAX itself types Python numbers without x64;
+    else unchanged, for the front-end to refuse by :meth:`JaxDriver.supported_dtypes`."""
+    narrow = _NARROW.get(array.dtype.name)
+    if narrow is None:
+        return array
+    with np.errstate(all="ignore"):
+        candidate = array.astype(narrow)
+        back = candidate.astype(array.dtype)
+    return candidate if np.array_equal(as_bits(back), as_bits(array)) else array
+
+
+def _x64_request(leaf: Any) -> str | None:
+    """The 64-bit dtype a ``call_with_layout`` argument asks for (a 64-bit NumPy array, or a dtype:
+    ``np.int64``, ``jnp.float64``, ``np.dtype("complex128")``, ``"float64"``), else None. Python's
+    ``int``/``float`` types ask for JAX's default dtype, which is no request for 64 bits."""
+    if isinstance(leaf, np.ndarray):
+        dtype: Any = leaf.dtype
+    elif isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES):
+        dtype = leaf
+    elif isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype"):
+        dtype = leaf  # a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
+    else:
+        return None
+    try:
+        name = dtype_name(dtype)
+    except LayoutError:
+        return None
+    return name if name in X64_DTYPES else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _CACHE_SIZE = 1024
@@ -225,10 +269,39 @@ class JaxDriver(Driver):
         return out
 
     def prepare_input(self, value: Any) -> Any:
+        """``jax.Array`` passes; NumPy arrays, nested lists, scalars and other frameworks' CPU tensors
+        (through ``__array__``) become NumPy arrays JAX takes.
+
+        With ``jax_enable_x64`` off, Python numbers (nested lists, scalars) that NumPy makes 64-bit
+        become 32-bit where every value survives exactly (JAX's own typing of Python numbers), and
+        stay 64-bit otherwise, for the front-end to refuse; a NumPy array or tensor keeps its dtype.
+
+        Raises:
+            UnsupportedLayoutError: a dtype JAX cannot hold (``feature=Limitation.DTYPE``).
+        """
         if isinstance(value, self._jax.Array):
             return value
-        # Nested lists, scalars, and other frameworks' CPU tensors (through __array__).
-        return _jax_numpy(value if isinstance(value, np.ndarray) else np.asarray(value), "the value")
+        if isinstance(value, np.ndarray):
+            return _jax_numpy(value, "the value")
+        array = _jax_numpy(np.asarray(value), "the value")
+        if isinstance(value, _PYTHON_VALUES) and not self._jax.config.jax_enable_x64:
+            return _narrow_python_value(array)
+        return array
+
+    def supported_dtypes(self) -> frozenset[str]:
+        """All 17 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
+        float64 and complex128, which JAX would store in 32 bits. Read at every call: the flag
+        can change while the driver lives."""
+        return _ALL if self._jax.config.jax_enable_x64 else _WITHOUT_X64
+
+    def unsupported_dtype_reason(self, name: str) -> str:
+        if name in X64_DTYPES:
+            return (
+                f"with jax_enable_x64 off JAX stores {name} values in 32 bits, which would change them. Enable "
+                '64-bit values with jax.config.update("jax_enable_x64", True) before making arrays, or cast the '
+                f"value to a 32-bit dtype first (e.g. x.astype(np.{_NARROW[name].__name__}))"
+            )
+        return super().unsupported_dtype_reason(name)
 
     def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
         if self.is_traced(value):
@@ -286,6 +359,12 @@ class JaxDriver(Driver):
         if self.is_traced(tensor):
             # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
+        if tensor.dtype.name == "bfloat16":
+            # XLA's CPU collectives turn every bfloat16 NaN into the one quiet NaN (0x7fc1 -> 0x7fc0;
+            # measured, jax 0.10.2): the bits move as uint16 (an elementwise view keeps the sharding).
+            bitcast = self._jax.lax.bitcast_convert_type
+            moved = self.native_relayout(_array(bitcast(tensor, np.uint16)), layout, devices)
+            return _array(bitcast(moved, tensor.dtype))
         sharding = self._sharding(layout, devices)
         planned = _relayout.relayout_at_floor(self, tensor, layout, devices, sharding)
         if planned is not None:  # device_put would move more than relayout_plan's floor
@@ -380,6 +459,19 @@ class JaxDriver(Driver):
         traced = tuple(isinstance(leaf, np.ndarray | jax.Array) for leaf in leaves)
         static = tuple(leaf for leaf, t in zip(leaves, traced, strict=True) if not t)
         dynamic = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
+        if not jax.config.jax_enable_x64:
+            # JAX would make a 32-bit result of a 64-bit request (dtype=np.int64, an int64 argument)
+            # without x64, and only warn: refuse, as distribute_tensor refuses a 64-bit value.
+            for leaf in leaves:
+                name = _x64_request(leaf)
+                if name is not None:
+                    raise UnsupportedLayoutError(
+                        f"call_with_layout: {fn!r} is asked for {name} (argument {_short(leaf)}), but "
+                        f"{self.unsupported_dtype_reason(name)}.",
+                        driver=self.name,
+                        feature=Limitation.DTYPE,
+                        value=name,
+                    )
         key: Hashable | None = (fn, treedef, traced, static, layout)
         try:
             entry = self._compiled.get(key)

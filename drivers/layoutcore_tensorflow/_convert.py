@@ -329,10 +329,18 @@ def from_proto(proto: Any) -> Layout | Mesh:
 
     if isinstance(proto, layout_pb2.MeshProto):
         _check_proto_names(proto)
-        return from_tensorflow_mesh(dtensor.Mesh.from_proto(proto))
+        try:
+            native_mesh = dtensor.Mesh.from_proto(proto)
+        except ValueError as exc:
+            raise LayoutError(f"The MeshProto is no valid mesh: {exc}", value=proto) from None
+        return from_tensorflow_mesh(native_mesh)
     if isinstance(proto, layout_pb2.LayoutProto):
         _check_proto_names(proto.mesh_config)
-        return from_tensorflow_layout(dtensor.Layout.from_proto(proto))
+        try:
+            native = dtensor.Layout.from_proto(proto)
+        except ValueError as exc:  # TF's own check of the specs (e.g. b"un7harded": no axis of that name)
+            raise LayoutError(f"The LayoutProto is no valid layout: {exc}", value=proto) from None
+        return from_tensorflow_layout(native)
     raise LayoutError(f"Expected a dtensor LayoutProto or MeshProto. Received: {type(proto).__name__}", value=proto)
 
 

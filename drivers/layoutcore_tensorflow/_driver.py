@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver
+from layoutcore.driver import Capability, Driver, Limitation, as_bits, numpy_dtype
 
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
@@ -120,6 +120,12 @@ class TensorFlowDriver(Driver):
         self._eager_tensor = EagerTensor
         self._dtensor_device = self._dtensor.device_name()
         self._text = _TextDtypes()
+        #: Dtypes DTensor's collectives move bit for bit on every relayout. Measured on TF 2.21, 4x2
+        #: mesh: float kinds lose -0.0 where DTensor gathers by summing zero-filled blocks; float8 has
+        #: no Fill kernel, uint64 no CollectiveReduceV2; bool, (u)int8, (u)int16 and uint32 fail
+        #: ('y', None) -> (None, 'y'). Everything else moves as integers (docs/dtypes.md).
+        self._exact_dtypes = frozenset({self._tf.int32, self._tf.int64})
+        self._float8 = frozenset(self._tf.as_dtype(numpy_dtype(n)) for n in ("float8_e4m3fn", "float8_e5m2"))
 
     # -- devices ------------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -187,8 +193,15 @@ class TensorFlowDriver(Driver):
         return value.read_value() if isinstance(value, self._tf.Variable) else value
 
     def prepare_input(self, value: Any) -> Any:
+        """A ``tf.Variable``'s current value; NumPy arrays of a dtype TF holds, checked.
+
+        Raises:
+            UnsupportedLayoutError: a NumPy dtype TF has no tensor of (dates, records, objects;
+                ``feature=Limitation.DTYPE``).
+        """
         if isinstance(value, self._tf.Variable):
             return value.read_value()
+        _refuse_unheld(value, "the value")
         return super().prepare_input(value)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
@@ -245,6 +258,8 @@ class TensorFlowDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
+        for index, component in enumerate(components):
+            _refuse_unheld(component, f"component {index}")
         packed = self._dtensor.pack([_owned(c) for c in components], self._native(layout, devices))
         return self._text.carry(packed, components[0])
 
@@ -266,7 +281,11 @@ class TensorFlowDriver(Driver):
                     feature=Capability.TRACED.value,
                     value=layout,
                 )
-            return dtensor.relayout(tensor, native)
+            return self._graph_relayout(tensor, native)
+        if not self._tf.executing_eagerly():
+            # A DTensor captured by a tf.function being traced: DTensor's Relayout op (its own relayout
+            # does this in a graph); dtensor.fetch_layout would raise "must be called eagerly".
+            return self._graph_relayout(tensor, native)
         source = dtensor.fetch_layout(tensor)
         if source.to_string() == native.to_string():
             # TF's own no-op relayout costs ~1 ms. DTensors are immutable: hand back the same one,
@@ -280,12 +299,81 @@ class TensorFlowDriver(Driver):
             # should be non-empty"), so build the empty components directly.
             return self._place(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string() and not _is_text(tensor):
-            return self._exact(dtensor.relayout(tensor, native), layout, native)
-        # Another mesh, or text. DTensor's relayout works within one mesh, its cross-mesh copy_to_mesh
+            if tensor.dtype in self._exact_dtypes:
+                return self._exact(dtensor.relayout(tensor, native), layout, native)
+            if self._multi_client:  # blocks on other clients: DTensor's collectives, on integer bits
+                return self._exact(self._relayout_bits(tensor, native), layout, native)
+        # Another mesh, text, or a dtype DTensor's collectives do not move bit for bit (see
+        # _exact_dtypes). DTensor's relayout works within one mesh, its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), and its
         # collectives refuse tf.string; so the value goes through host memory: read once, then placed
         # as distribute_tensor does.
         return self._place(self._to_numpy(tensor), layout, devices)
+
+    def _graph_relayout(self, tensor: Any, native: Any) -> Any:
+        """DTensor's Relayout op inside a ``tf.function``, on integer bits where its collectives would
+        change them (see :attr:`_exact_dtypes`): a same-width bitcast to int32/int64, 1-2 byte dtypes
+        widened to int32, bool cast to int32, float8 through float32 (exact), complex128 as its two
+        float64 halves."""
+        dtensor, tf = self._dtensor, self._tf
+        dtype = tensor.dtype
+        if dtype in self._exact_dtypes or dtype == tf.string:
+            return dtensor.relayout(tensor, native)
+        if dtype == tf.complex128:
+            real = self._graph_relayout(tf.math.real(tensor), native)
+            imag = self._graph_relayout(tf.math.imag(tensor), native)
+            return tf.complex(real, imag)
+        if dtype == tf.bool:
+            return tf.cast(dtensor.relayout(tf.cast(tensor, tf.int32), native), tf.bool)
+        if dtype in self._float8:
+            if dtype.name == "float8_e5m2":
+                # No TF op views float8 bits, and the cast through float32 turns its NaN payloads into the
+                # one quiet NaN (0x7f -> 0x7e): refuse rather than change data (exact outside tf.function).
+                raise UnsupportedLayoutError(
+                    "Inside tf.function the tensorflow driver cannot relayout float8_e5m2 bit for bit: TF has no op "
+                    "that moves its bits, and casting changes NaN payloads. Relayout it outside the tf.function.",
+                    driver=self.name,
+                    feature=Limitation.DTYPE,
+                    value=tensor,
+                )
+            return tf.cast(self._graph_relayout(tf.cast(tensor, tf.float32), native), dtype)  # exact for e4m3fn
+        if dtype.size < 4:
+            unsigned = tf.uint8 if dtype.size == 1 else tf.uint16
+            bits = tensor if dtype == unsigned else tf.bitcast(tensor, unsigned)
+            moved = tf.cast(dtensor.relayout(tf.cast(bits, tf.int32), native), unsigned)
+            return moved if dtype == unsigned else tf.bitcast(moved, dtype)
+        carrier = tf.int32 if dtype.size == 4 else tf.int64
+        return tf.bitcast(dtensor.relayout(tf.bitcast(tensor, carrier), native), dtype)
+
+    def _relayout_bits(self, tensor: Any, native: Any) -> Any:
+        """``dtensor.relayout(tensor, native)`` moving each element's bits as int32/int64 (see
+        :attr:`_exact_dtypes`): this client's components are viewed on the host, 1- and 2-byte
+        dtypes widened to int32 (exact both ways), 16-byte complex128 as int64 pairs along an extra
+        unsharded trailing axis."""
+        dtensor = self._dtensor
+        dtype = np.dtype(tensor.dtype.as_numpy_dtype)
+        wide = dtype.itemsize == 16
+        carrier = np.int64 if dtype.itemsize >= 8 else np.int32
+
+        def ints(component: Any) -> np.ndarray:
+            bits = as_bits(component.numpy())
+            return bits.view(carrier) if bits.dtype.itemsize == np.dtype(carrier).itemsize else bits.astype(carrier)
+
+        def extra(layout: Any) -> Any:
+            if not wide:
+                return layout
+            return dtensor.Layout([*layout.sharding_specs, dtensor.UNSHARDED], layout.mesh)
+
+        source = dtensor.fetch_layout(tensor)
+        carried = dtensor.pack([ints(c) for c in dtensor.unpack(tensor)], extra(source))
+        moved = dtensor.relayout(carried, extra(native))
+        unsigned = np.dtype(f"u{min(dtype.itemsize, 8)}")
+        back = []
+        for component in dtensor.unpack(moved):
+            bits = component.numpy()
+            bits = bits.view(unsigned) if bits.dtype.itemsize == unsigned.itemsize else bits.astype(unsigned)
+            back.append(bits.view(dtype).reshape(bits.shape[:-1] if wide else bits.shape))
+        return dtensor.pack(back, native)
 
     @_serialized
     def native_fetch_layout(self, tensor: Any) -> Layout:
@@ -301,6 +389,9 @@ class TensorFlowDriver(Driver):
                     value=tensor,
                 )
             return from_tensorflow_layout(self._dtensor.Layout.from_string(known))
+        if not self._tf.executing_eagerly():  # a DTensor captured by a tf.function being traced
+            with self._tf.init_scope():  # its layout is an eager fact: read it outside the graph
+                return from_tensorflow_layout(self._dtensor.fetch_layout(tensor))
         return from_tensorflow_layout(self._dtensor.fetch_layout(tensor))
 
     @_serialized
@@ -324,7 +415,9 @@ class TensorFlowDriver(Driver):
         if len(first) < len(set(blocks)):
             # Some blocks live on other clients only: gather through DTensor, read the local copy.
             replicated = self._replicated_native(mesh, layout.rank, devices)
-            return np.array(dtensor.relayout(tensor, replicated).numpy(), copy=True)
+            if tensor.dtype in self._exact_dtypes or _is_text(tensor):
+                return np.array(dtensor.relayout(tensor, replicated).numpy(), copy=True)
+            return np.array(self._relayout_bits(tensor, replicated).numpy(), copy=True)
         # TF's .numpy() refuses sharded DTensors; assemble, writing every byte once.
         components = dtensor.unpack(tensor)
         shape = self.shape_of(tensor)
@@ -408,17 +501,33 @@ class TensorFlowDriver(Driver):
     # -- variables: dtensor.DVariable ---------------------------------------------------------
     @_serialized
     def variable_create(self, value: Any, layout: Layout) -> Any:
-        variable = self._dtensor.DVariable(value)
+        """A ``dtensor.DVariable``; of a uint8 view for float8, whose DVariable reads fail in DTensor's
+        SPMD expansion (float8_e5m2 on TF 2.21: "Unrecognized DataType enum value")."""
+        bits = value.dtype in self._float8
+        variable = self._dtensor.DVariable(self._viewed(value, np.uint8) if bits else value)
         variable._layoutcore_layout = layout  # what fetch_layout of a read answers
+        variable._layoutcore_dtype = value.dtype.as_numpy_dtype if bits else None  # the dtype it holds
         return self._text.carry(variable, value)
 
     @_serialized
     def variable_read(self, handle: Any) -> Any:
+        dtype = getattr(handle, "_layoutcore_dtype", None)
+        if dtype is not None:
+            return self._viewed(handle.read_value(), dtype)
         return self._text.carry(handle.read_value(), handle)
 
     @_serialized
     def variable_assign(self, handle: Any, value: Any) -> None:
+        if getattr(handle, "_layoutcore_dtype", None) is not None:
+            value = self._viewed(value, np.uint8)
         handle.assign(value)
+
+    def _viewed(self, tensor: Any, dtype: Any) -> Any:
+        """``tensor`` (a DTensor) with each of this client's components' bits viewed as ``dtype`` (same
+        width), on the same layout."""
+        dtensor = self._dtensor
+        views = [np.asarray(c.numpy()).view(dtype) for c in dtensor.unpack(tensor)]
+        return dtensor.pack(views, dtensor.fetch_layout(tensor))
 
     # -- tf-keras ------------------------------------------------------------------------------
     def enter_layout_map_scope(self, layout_map: LayoutMap) -> contextlib.AbstractContextManager[Any]:
@@ -491,6 +600,30 @@ def _owned(value: Any) -> Any:
     if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.ctypes.data % _TF_ALIGN == 0:
         return np.array(value, copy=True)
     return value
+
+
+#: NumPy dtype kinds TF has no tensor of: dates, time spans, records (void; object arrays are the
+#: front-end's to refuse). ml_dtypes' bfloat16/float8 are kind "V" too, and TF holds them.
+_NOT_TF_KINDS = "MmV"
+_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+
+def _refuse_unheld(value: Any, what: str) -> None:
+    """Refuse a NumPy array of a dtype TF cannot hold, before TF raises its raw ``ValueError``.
+
+    Raises:
+        UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming the dtype.
+    """
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind in _NOT_TF_KINDS and dtype.name not in _ML_DTYPE_NAMES:
+        raise UnsupportedLayoutError(
+            f"The tensorflow driver holds numbers, booleans and text; {what} has dtype {dtype}, which TF has "
+            "no tensor of (dates, records). Convert it first (e.g. dates to int64 with "
+            "x.astype(np.int64)).",
+            driver="tensorflow",
+            feature=Limitation.DTYPE,
+            value=dtype,
+        )
 
 
 def _is_text(value: Any) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability
+from layoutcore.driver import Capability, numpy_dtype
 
 from . import _private
 from ._mode import ProcessGroupMode, simulated_ranks
@@ -295,14 +295,39 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def to_numpy(tensor: Any, *, copy: bool) -> np.ndarray:
-    """A plain torch tensor as a NumPy array (bfloat16 as float32, which holds every value exactly)."""
-    import torch
+#: torch dtypes NumPy has no dtype for, by canonical name: they cross to NumPy as a same-width
+#: integer view, and come out as ml_dtypes arrays (never widened: to_numpy keeps the dtype).
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
+
+def to_numpy(tensor: Any, *, copy: bool) -> np.ndarray:
+    """A plain torch tensor as a NumPy array of the same dtype (bfloat16 and float8 as ml_dtypes arrays,
+    moved bit for bit through a same-width integer view)."""
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor, copy = tensor.cpu(), False
-    if tensor.dtype == torch.bfloat16:  # NumPy has no bfloat16
-        tensor, copy = tensor.float(), False
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name in _ML_DTYPES:  # NumPy has no such dtype: its bits, viewed as ml_dtypes'
+        import torch
+
+        ints = tensor.view(torch.int16 if name == "bfloat16" else torch.uint8).numpy()
+        out_view: np.ndarray = ints.view(numpy_dtype(name))
+        return out_view.copy() if copy else out_view
     out: np.ndarray = tensor.numpy()
     return out.copy() if copy else out
+
+
+def from_numpy(array: np.ndarray) -> Any:
+    """A torch tensor sharing ``array``'s memory (a scalar copy for 0-d), ml_dtypes' bfloat16 and float8
+    included (through a same-width integer view, bit for bit).
+
+    ``array`` must be writeable, in native byte order and have non-negative strides (``torch.from_numpy``'s
+    rules). Raises ``TypeError`` for a dtype torch cannot hold (as ``torch.from_numpy`` does).
+    """
+    import torch
+
+    name = array.dtype.name
+    if name in _ML_DTYPES:  # ml_dtypes' (kind "V" or "f"): torch.from_numpy knows none of them
+        ints = array.view(np.int16 if name == "bfloat16" else np.uint8)
+        return (torch.from_numpy(ints) if ints.ndim else torch.as_tensor(ints)).view(getattr(torch, name))
+    return torch.from_numpy(array) if array.ndim else torch.as_tensor(array)

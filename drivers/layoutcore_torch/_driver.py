@@ -159,7 +159,7 @@ class TorchDriver(Driver):
             # torch.from_numpy rejects read-only, non-native byte order and negative strides (a[::-1]).
             if not array.flags.writeable or not array.dtype.isnative or any(s < 0 for s in array.strides):
                 array = np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
-            return torch.from_numpy(array) if array.ndim else torch.as_tensor(array)
+            return _convert.from_numpy(array)  # ml_dtypes' bfloat16/float8 as torch's, bit for bit
         except (TypeError, RuntimeError) as exc:
             raise LayoutError(
                 f"torch cannot hold a value of dtype {array.dtype} (shape {array.shape}): {exc}", value=value

@@ -12,7 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from layoutcore import LayoutError
+from layoutcore.driver import dtype_name
 
 __all__ = ["dtensor_factory", "factory_call"]
 
@@ -69,9 +70,9 @@ def factory_call(
     if not set(kwargs) <= _FACTORY_OPTIONS:
         return None  # device=, out=, generator=, ...: let torch do exactly what was asked
     if "dtype" in kwargs and not isinstance(kwargs["dtype"], torch.dtype):
-        try:  # accept NumPy dtypes and their names, as the other drivers do
-            kwargs["dtype"] = torch.from_numpy(np.empty(0, dtype=np.dtype(kwargs["dtype"]))).dtype
-        except TypeError:
+        try:  # accept NumPy/ml_dtypes dtypes and their names, as the other drivers do
+            kwargs["dtype"] = getattr(torch, dtype_name(kwargs["dtype"]))
+        except LayoutError:
             return None
     if math.prod(size) < 0:
         return None

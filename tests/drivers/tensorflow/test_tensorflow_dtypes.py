@@ -1,0 +1,155 @@
+"""Every dtype on the TF driver, bit for bit, and typed refusals where TF raised its own errors.
+
+DTensor's relayout collectives move int32 and int64 exactly and nothing else: float kinds lose -0.0
+(blocks are gathered by summing zero-filled tensors), float8 has no Fill kernel, uint64 no
+CollectiveReduceV2, and 1-2 byte integers fail some all-to-alls. The driver moves everything else as
+bits (docs/dtypes.md); these tests read every component with TF's own ``.numpy()``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+from layoutcore_tensorflow import TensorFlowDriver, from_str, serialized_string
+
+import layoutcore as lc
+from layoutcore import Layout
+from layoutcore._dtypes import random_values
+from layoutcore.driver import ALL_DTYPES, Limitation, numpy_dtype
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _dtype_checks as checks
+
+
+def read(component: tf.Tensor) -> np.ndarray:
+    """TF's own host copy of one component (ml_dtypes arrays for bfloat16/float8)."""
+    return np.asarray(component.numpy())
+
+
+def test_every_dtype_is_declared(driver: TensorFlowDriver) -> None:
+    assert driver.supported_dtypes() == frozenset(ALL_DTYPES)
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_every_data_function_moves_every_bit(driver: TensorFlowDriver, name: str) -> None:
+    checks.check_every_data_function("tensorflow", name, read)
+
+
+@pytest.mark.parametrize("name", ["uint64", "float8_e4m3fn", "float32", "bool"])
+def test_relayouts_between_every_pair_of_layouts_keep_the_bits(driver: TensorFlowDriver, name: str) -> None:
+    """All 12 moves among four layouts, the ones DTensor's collectives get wrong included."""
+    x = random_values(name, checks.SHAPE, seed=7)
+    for source in checks.LAYOUTS:
+        t = lc.distribute_tensor(x, source)
+        for target in checks.LAYOUTS:
+            if target != source:
+                checks.assert_placed("tensorflow", lc.relayout(t, target), target, x, read)
+
+
+@pytest.mark.parametrize("name", ["uint64", "float8_e5m2", "float32", "complex128", "int16"])
+def test_the_multi_client_path_moves_integer_bits_through_dtensor(driver: TensorFlowDriver, name: str) -> None:
+    """What a multi-client relayout runs (components viewed as int32/int64, DTensor's own relayout),
+    run here on one client against the NumPy oracle."""
+    x = random_values(name, checks.SHAPE, seed=3)
+    source, target = checks.LAYOUTS[0], checks.LAYOUTS[1]
+    t = lc.distribute_tensor(x, source)
+    native = driver._native(target, driver.bind_mesh(target.mesh))  # type: ignore[arg-type]
+    moved = driver._relayout_bits(t, native)
+    checks.assert_placed("tensorflow", moved, target, x, read)
+
+
+def test_a_large_float8_value_is_placed_and_moved(driver: TensorFlowDriver) -> None:
+    """Above the pack threshold distribute_tensor takes DTensor's copy_to_mesh + relayout path."""
+    x = random_values("float8_e4m3fn", (2048, 2056), seed=1)  # ~4.1 MB > PACK_MAX_BYTES
+    layout = Layout(("x", "y"), checks.MESH)
+    t = lc.distribute_tensor(x, layout)
+    checks.assert_bits(lc.to_numpy(t), x, "large float8")
+    checks.assert_bits(lc.to_numpy(lc.relayout(t, Layout(("y", None), checks.MESH))), x, "large float8 relayout")
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
+def test_native_low_precision_tensors_round_trip_as_ml_dtypes(driver: TensorFlowDriver, name: str) -> None:
+    native = tf.constant(np.arange(32).reshape(checks.SHAPE).astype(numpy_dtype(name)))  # TF casts no int to float8
+    assert native.dtype == tf.as_dtype(numpy_dtype(name))
+    t = lc.distribute_tensor(native, checks.LAYOUTS[0])
+    out = lc.to_numpy(t)
+    assert out.dtype == np.dtype(getattr(ml_dtypes, name, name))
+    checks.assert_bits(out, native.numpy(), "native round trip")
+
+
+def test_call_with_layout_keeps_the_dtype(driver: TensorFlowDriver) -> None:
+    made = lc.call_with_layout(tf.ones, checks.LAYOUTS[1], checks.SHAPE, dtype=tf.bfloat16)
+    checks.assert_placed("tensorflow", made, checks.LAYOUTS[1], np.ones(checks.SHAPE, ml_dtypes.bfloat16), read)
+
+
+def test_mixed_dtypes_in_pack_are_refused(driver: TensorFlowDriver) -> None:
+    checks.check_mixed_pack_refused("tensorflow")
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float32"])
+def test_replicas_are_compared_by_bits(driver: TensorFlowDriver, name: str) -> None:
+    checks.check_replicas_compared_by_bits("tensorflow", name)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.zeros(checks.SHAPE, "datetime64[s]"),
+        np.zeros(checks.SHAPE, "timedelta64[s]"),
+        np.zeros(checks.SHAPE, "f4,i4"),
+    ],
+    ids=["datetime", "timedelta", "record"],
+)
+def test_dtypes_tf_has_no_tensor_of_are_refused_typed(driver: TensorFlowDriver, value: np.ndarray) -> None:
+    layout = checks.LAYOUTS[0]
+    for call in (
+        lambda: lc.distribute_tensor(value, layout),
+        lambda: lc.pack([value[s] for s in layout.device_slices(value.shape)], layout),
+    ):
+        with pytest.raises(lc.UnsupportedLayoutError, match=re.escape(str(value.dtype))) as info:
+            call()
+        assert info.value.feature == Limitation.DTYPE
+
+
+def test_from_str_of_a_corrupted_proto_raises_layout_error(driver: TensorFlowDriver) -> None:
+    good = serialized_string(Layout(("x", None), checks.MESH))
+    assert from_str(good) == Layout(("x", None), checks.MESH).with_mesh(from_str(good).mesh)  # type: ignore[arg-type]
+    with pytest.raises(lc.LayoutError, match="un7harded"):
+        from_str(good.replace(b"unsharded", b"un7harded"))
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_relayout_and_fetch_layout_of_a_dtensor_captured_by_a_tf_function(driver: TensorFlowDriver, name: str) -> None:
+    """Inside tf.function a captured DTensor is an eager tensor: TF's fetch_layout refuses it there.
+    The Relayout op moves every dtype's bits there too."""
+    x = random_values(name, checks.SHAPE, seed=5)
+    source, target = checks.LAYOUTS[0], checks.LAYOUTS[1]
+    t = lc.distribute_tensor(x, source)
+
+    # autograph=False: autograph re-raises an error raised while tracing as its StagingError unless
+    # the error's class takes a message alone
+    @tf.function(autograph=False)
+    def relaid() -> tf.Tensor:
+        return lc.relayout(t, target)
+
+    if name == "float8_e5m2":  # no TF op moves its bits in a graph; a cast changes NaN payloads
+        with pytest.raises(lc.UnsupportedLayoutError, match="float8_e5m2") as info:
+            relaid()
+        assert info.value.feature == Limitation.DTYPE
+        return
+
+    @tf.function
+    def fetched() -> tf.Tensor:
+        assert lc.fetch_layout(t) == source  # a Python-level check while tracing
+        return tf.identity(t)
+
+    out = relaid()
+    assert lc.fetch_layout(out) == target
+    checks.assert_bits(lc.to_numpy(out), x, "relayout in tf.function")
+    checks.assert_bits(lc.to_numpy(fetched()), x, "fetch_layout in tf.function")

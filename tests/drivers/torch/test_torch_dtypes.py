@@ -1,0 +1,74 @@
+"""Every dtype on the torch driver, bit for bit: ml_dtypes' bfloat16/float8 arrays in, torch's native
+bfloat16/float8 tensors in, and ml_dtypes arrays out of to_numpy (never a widened float32)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from layoutcore_torch import TorchDriver
+
+import layoutcore as lc
+from layoutcore.driver import ALL_DTYPES, numpy_dtype
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _dtype_checks as checks
+
+#: The same-width integer torch dtype that torch's own .numpy() converts, for dtypes NumPy lacks.
+_VIEWS = {"bfloat16": torch.int16, "float8_e4m3fn": torch.uint8, "float8_e5m2": torch.uint8}
+
+
+def read(component: torch.Tensor) -> np.ndarray:
+    """torch's own host copy of one component; bfloat16/float8 through torch's integer view."""
+    component = component.detach()
+    name = str(component.dtype).removeprefix("torch.")
+    if name in _VIEWS:
+        return component.view(_VIEWS[name]).numpy().view(numpy_dtype(name))
+    return component.numpy()
+
+
+@pytest.fixture
+def torch_driver() -> TorchDriver:
+    lc.set_driver("torch")
+    d = lc.get_driver()
+    assert isinstance(d, TorchDriver)
+    return d
+
+
+def test_every_dtype_is_declared(torch_driver: TorchDriver) -> None:
+    assert torch_driver.supported_dtypes() == frozenset(ALL_DTYPES)
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_every_data_function_moves_every_bit(torch_driver: TorchDriver, name: str) -> None:
+    checks.check_every_data_function("torch", name, read)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float32"])
+def test_replicas_are_compared_by_bits(torch_driver: TorchDriver, name: str) -> None:
+    checks.check_replicas_compared_by_bits("torch", name)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16", "uint64"])
+def test_native_tensors_round_trip_in_their_dtype(torch_driver: TorchDriver, name: str) -> None:
+    native = torch.arange(32, dtype=torch.float32).reshape(checks.SHAPE).to(getattr(torch, name))
+    t = lc.distribute_tensor(native, checks.LAYOUTS[0])
+    out = lc.to_numpy(t)
+    assert out.dtype == np.dtype(getattr(ml_dtypes, name, name))  # bfloat16 stays bfloat16, not float32
+    checks.assert_bits(out, read(native), "native round trip")
+    checks.assert_placed("torch", lc.relayout(t, checks.LAYOUTS[1]), checks.LAYOUTS[1], out, read)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, ml_dtypes.bfloat16, "bfloat16", torch.float8_e5m2])
+def test_call_with_layout_keeps_the_dtype(torch_driver: TorchDriver, dtype: object) -> None:
+    made = lc.call_with_layout(torch.ones, checks.LAYOUTS[1], checks.SHAPE, dtype=dtype)
+    name = lc.driver.dtype_name(dtype)
+    checks.assert_placed("torch", made, checks.LAYOUTS[1], np.ones(checks.SHAPE, numpy_dtype(name)), read)
+
+
+def test_mixed_dtypes_in_pack_are_refused(torch_driver: TorchDriver) -> None:
+    checks.check_mixed_pack_refused("torch")
