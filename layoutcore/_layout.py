@@ -260,7 +260,7 @@ class Layout:
     def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
         """Shape of the largest shard (device 0's): ``ceil(size / num_shards)`` per axis."""
         shape = self.check_shape(global_shape)
-        return tuple(-(-size // self.num_shards(d)) for d, size in enumerate(shape))
+        return tuple(geometry.chunk_size(size, self.num_shards(d)) for d, size in enumerate(shape))
 
     def local_shapes(self, global_shape: Sequence[int]) -> list[tuple[int, ...]]:
         """Shape of every device's shard, row-major (they differ for uneven dimensions)."""

@@ -385,7 +385,7 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
                     value=layout,
                 )
         device_bytes = _device_bytes(layout, shape, itemsize, cache)
-        shard_shape = tuple(-(-s // layout.num_shards(d)) for d, s in enumerate(shape))
+        shard_shape = tuple(geometry.chunk_size(s, layout.num_shards(d)) for d, s in enumerate(shape))
         entry = PlanEntry(path, shape, name, pattern, layout, shard_shape, device_bytes)
         entries.append(entry)
         for d, b in enumerate(device_bytes):

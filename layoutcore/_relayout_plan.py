@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import geometry
 from ._errors import LayoutError
 from ._layout import Layout
 from ._mesh import Mesh
@@ -161,7 +162,7 @@ def relayout_transfers(
         pieces = pieces_of.get(target_block)
         if pieces is None:
             bounds = tuple(
-                _chunk(size, count, b) for size, count, b in zip(shape, target_counts, target_block, strict=True)
+                geometry._bounds(size, count, b) for size, count, b in zip(shape, target_counts, target_block, strict=True)
             )
             pieces = pieces_of[target_block] = _pieces(bounds, source_counts, shape, itemsize)
         own = None if local[dst] is None else source_blocks[local[dst]]  # type: ignore[index]
@@ -178,13 +179,6 @@ def relayout_transfers(
     return transfers, ingress, egress
 
 
-def _chunk(size: int, count: int, index: int) -> tuple[int, int]:
-    """Block ``index`` of ``size`` split into ``count`` by the chunk rule (``geometry.chunk_bounds``, unchecked)."""
-    chunk = -(-size // count)
-    start = min(index * chunk, size)
-    return start, min(start + chunk, size)
-
-
 def _pieces(
     bounds: tuple[tuple[int, int], ...], source_counts: list[int], shape: tuple[int, ...], itemsize: int
 ) -> list[tuple[tuple[int, ...], tuple[slice, ...], int]]:
@@ -199,7 +193,7 @@ def _pieces(
     slices: list[list[slice]] = []
     sizes: list[list[int]] = []
     for (start, stop), size, count in zip(bounds, shape, source_counts, strict=True):
-        chunk = -(-size // count)
+        chunk = geometry.chunk_size(size, count)
         overlapping = [
             (b, max(start, b * chunk), min(stop, (b + 1) * chunk, size))
             for b in range(start // chunk, min((stop - 1) // chunk + 1, count))

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from . import geometry
 from ._checks import check_listed, int_sequence, short_repr
 from ._dtypes import ALL_DTYPES, dtype_name, itemsize
 from ._errors import LayoutError
@@ -261,7 +262,7 @@ def device_bounds(
         for a in axes:
             block = block * mesh_shape[a] + coords[a]
             n *= mesh_shape[a]
-        c = -(-size // n)
+        c = geometry.chunk_size(size, n)
         starts[:, d] = np.minimum(block * c, size)
         stops[:, d] = np.minimum(starts[:, d] + c, size)
     return starts, stops

@@ -43,6 +43,7 @@ from ._errors import LayoutError
 __all__ = [
     "block_index",
     "chunk_bounds",
+    "chunk_size",
     "chunk_sizes",
     "device_blocks",
     "device_slices",
@@ -108,7 +109,7 @@ def _position(mesh: tuple[int, ...], position: int) -> int:
 
 # -- unchecked helpers ---------------------------------------------------------------------------
 def _bounds(dim_size: int, num_chunks: int, index: int) -> tuple[int, int]:
-    size = -(-dim_size // num_chunks)
+    size = chunk_size(dim_size, num_chunks)
     start = min(index * size, dim_size)
     return start, min(start + size, dim_size)
 
@@ -143,6 +144,21 @@ def _shard_bounds(
 
 
 # -- public functions ----------------------------------------------------------------------------
+def chunk_size(dim_size: int, num_chunks: int) -> int:
+    """The block size of the chunk rule: ``ceil(dim_size / num_chunks)`` (the one place it is written).
+
+    Every block but the trailing ones has this size; the last non-empty block takes the remainder.
+    ``chunk_size(5, 3) == 2``, ``chunk_size(2, 4) == 1``, ``chunk_size(0, 3) == 0``.
+
+    Raises:
+        LayoutError: ``dim_size`` is not an int ``>= 0`` or ``num_chunks`` not an int ``>= 1``.
+    """
+    if type(dim_size) is not int or type(num_chunks) is not int or dim_size < 0 or num_chunks < 1:
+        dim_size = checked_int(dim_size, "dim_size", minimum=0)
+        num_chunks = checked_int(num_chunks, "num_chunks", minimum=1)
+    return -(-dim_size // num_chunks)
+
+
 def chunk_bounds(dim_size: int, num_chunks: int, index: int) -> tuple[int, int]:
     """``(start, stop)`` of chunk ``index`` when ``dim_size`` is split into ``num_chunks``.
 

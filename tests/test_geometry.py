@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,3 +173,28 @@ def test_device_slices_select_what_shard_bounds_say(case: tuple) -> None:
     for position, sl in enumerate(geometry.device_slices(global_shape, mesh_shape, dim_axes)):
         bounds = geometry.shard_bounds(global_shape, mesh_shape, dim_axes, position)
         assert np.array_equal(x[sl], x[tuple(slice(a, b) for a, b in bounds)])
+
+
+@pytest.mark.parametrize(("dim", "n"), [(5, 3), (4, 3), (2, 4), (0, 3), (7, 1), (8, 8), (9, 2)])
+def test_chunk_size_is_the_ceiling_and_the_chunk_bounds_block(dim: int, n: int) -> None:
+    assert geometry.chunk_size(dim, n) == math.ceil(dim / n)
+    assert geometry.chunk_bounds(dim, n, 0) == (0, min(dim, math.ceil(dim / n)))
+
+
+@pytest.mark.parametrize(("dim", "n"), [(-1, 2), (4, 0), (4.0, 2), ("4", 2), (True, 2)])
+def test_chunk_size_refuses_what_is_no_size(dim: Any, n: Any) -> None:
+    with pytest.raises(LayoutError):
+        geometry.chunk_size(dim, n)
+
+
+def test_the_chunk_formula_is_written_once() -> None:
+    """Every module computes the chunk rule's block size through geometry.chunk_size."""
+    root = Path(__file__).resolve().parent.parent
+    copies = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("layoutcore", "drivers", "conformance")
+        for path in sorted((root / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "-(-" in line.replace(" ", "") and path.name != "geometry.py"
+    ]
+    assert copies == []

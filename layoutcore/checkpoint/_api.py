@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import geometry
 from .._dtypes import dtype_name, numpy_dtype
 from .._errors import CheckpointError, LayoutError, LayoutMismatchError
 from .._layout import Layout
@@ -242,7 +243,7 @@ def _read_layouts_for(read_layouts: Any, path: str, rank: int) -> list[Layout]:
 
 
 def _block_shape(shape: Sequence[int], layout: Layout) -> tuple[int, ...]:
-    return tuple(max(1, -(-n // layout.num_shards(d))) for d, n in enumerate(shape))
+    return tuple(max(1, geometry.chunk_size(n, layout.num_shards(d))) for d, n in enumerate(shape))
 
 
 def _storage(path: str, spec: TensorSpec, read_layouts: Any) -> ArrayStorage:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import geometry
 from .._dtypes import int_view_dtype, itemsize
 from ._crc import crc32c
 from ._read_plan import CRC_BYTES, StoredPiece, StoredTensor
@@ -154,7 +155,7 @@ class ArrayStorage:
 
     @property
     def shard_grid(self) -> tuple[int, ...]:
-        return tuple(-(-n // s) for n, s in zip(self.shape, self.shard, strict=True))
+        return tuple(geometry.chunk_size(n, s) for n, s in zip(self.shape, self.shard, strict=True))
 
     def shard_file(self, index: Sequence[int]) -> str:
         if not self.shape:
