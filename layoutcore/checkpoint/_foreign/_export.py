@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._dtypes import itemsize, numpy_dtype
+from ..._dtypes import itemsize
 from ._errors import checkpoint_error
 from ._model import Box
 from ._safetensors import INDEX_NAME, fsync_dir, header_bytes
@@ -38,6 +38,9 @@ def parse_size(size: int | str) -> int:
             return parse_size(int(float(text[: -len(unit)]) * factor))
     return parse_size(int(text))
 
+
+#: Closers of the layoutcore-format readers opened by the export in progress.
+_closers: list[Callable[[], None]] = []
 
 #: A source tensor to export: (safetensors name, dtype, shape, read(box) -> ndarray).
 Source = tuple[str, str, tuple[int, ...], Callable[[Box], np.ndarray[Any, Any]]]
@@ -174,6 +177,8 @@ def _sources(path: Path) -> tuple[list[Source], dict[str, Any], Callable[[], Non
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+        while _closers:
+            _closers.pop()()
 
     if detect(path) is None:
         return (*_layoutcore_sources(path, fds), close_fds)
@@ -195,25 +200,9 @@ def _sources(path: Path) -> tuple[list[Source], dict[str, Any], Callable[[], Non
 
 
 def _layoutcore_sources(path: Path, fds: dict[str, int]) -> tuple[list[Source], dict[str, Any]]:
-    """A layoutcore-format checkpoint's tensors, read box by box through the format's read core.
+    """A layoutcore-format checkpoint's tensors (``/`` in paths becomes ``.``), read box by box."""
+    from ._layoutcore import layoutcore_box_readers
 
-    Plain scalars saved as 0-d arrays are tensors here too (safetensors holds 0-d tensors).
-    """
-    from .._api import _info_from_meta, _read_meta, _stored
-    from .._read_plan import plan_tensor, read_boxes
-
-    root = os.path.abspath(path)
-    meta, _ = _read_meta(root)
-    info = _info_from_meta(root, meta)
-    sources: list[Source] = []
-    for p, spec in info.tensors.items():
-        stored = _stored(p, meta["tensors"][p], spec)
-
-        def read(box: Box, stored: Any = stored, dtype: str = spec.dtype) -> np.ndarray[Any, Any]:
-            reads = plan_tensor(stored, [box])
-            out = np.empty(box[1], dtype=numpy_dtype(dtype))
-            read_boxes(root, reads, [out], checkpoint=root, fds=fds)
-            return out
-
-        sources.append((p.replace("/", "."), spec.dtype, spec.shape, read))
-    return sources, {}
+    readers, close = layoutcore_box_readers(path)
+    _closers.append(close)
+    return [(p.replace("/", "."), spec.dtype, spec.shape, read) for p, (spec, read) in readers.items()], {}

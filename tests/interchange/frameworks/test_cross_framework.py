@@ -149,3 +149,40 @@ def test_tensor_spec_conversions_against_the_framework(framework: str) -> None:
 
 def test_orbax_restore_target_from_tensor_specs(orbax_dir: Path) -> None:
     assert "OK restore 11" in run("jax", "orbax_restore_worker.py", str(orbax_dir))
+
+
+def test_dcp_storage_reader_fills_dtensors(tmp_path: Path) -> None:
+    """torch.distributed.checkpoint.load(state_dict, storage_reader=LayoutcoreStorageReader(path))
+    on 2 gloo processes fills DTensors of other placements (uneven included) from a layoutcore
+    checkpoint, each local shard equal to the oracle's block, reading less than the whole."""
+    from oracle import dcp_arrays
+
+    g = dcp_arrays()
+    mesh = lc.Mesh((2,), ("x",))
+    model = {
+        k.split("/")[1]: lc.distribute_tensor(v, lc.Layout(("x",) + (None,) * (v.ndim - 1), mesh), driver="numpy")
+        for k, v in g.items()
+        if k.startswith("model/")
+    }
+    ckpt.save(tmp_path / "lc", {"model": model, "rep": g["rep"]})
+    port = str(_port())
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    cmd = [python_for("torch"), "torch_dcp_reader_worker.py"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, str(r), port, str(tmp_path / "lc")],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    logs = [p.communicate(timeout=180)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-6000:]
+    total = sum(a.nbytes for a in g.values())
+    for log in logs:
+        line = next(x for x in log.splitlines() if x.startswith("LOADED"))
+        _, _, read, whole = line.split()
+        assert int(whole) == total and int(read) < total
