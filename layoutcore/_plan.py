@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import geometry
+from . import _dtypes, geometry
 from ._errors import LayoutError
 from ._layout import Layout
 from ._layout_map import LayoutMap
@@ -32,61 +32,35 @@ __all__ = [
     "plan",
 ]
 
-#: Bytes per element of the dtype names layoutcore knows without importing a framework.
-_ITEMSIZE = {
-    "bool": 1,
-    "int4": 1,
-    "uint4": 1,
-    "int8": 1,
-    "uint8": 1,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1,
-    "int16": 2,
-    "uint16": 2,
-    "float16": 2,
-    "half": 2,
-    "bfloat16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "float32": 4,
-    "float": 4,
-    "int": 8,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "double": 8,
-    "complex64": 8,
-    "complex128": 16,
-    "cfloat": 8,
-    "cdouble": 16,
-}
+#: Bytes per element of dtypes a plan may count but layoutcore does not move (outside ``_dtypes.ALL_DTYPES``).
+_OTHER_ITEMSIZE = {"int4": 1, "uint4": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1}
 
 
 def dtype_name_and_itemsize(dtype: Any) -> tuple[str, int]:
-    """A dtype's plain name and its bytes per element, for any framework's dtype object or name.
+    """A dtype's canonical name and its bytes per element, for any framework's dtype object or name.
 
-    Accepts NumPy dtypes and type objects, JAX/ml_dtypes dtypes, ``torch.float32`` (its ``str`` is
-    ``"torch.float32"``), ``tf.float32`` (``.name``, ``.size``), keras' dtype strings.
+    The 17 dtypes layoutcore moves are named by :func:`layoutcore._dtypes.dtype_name` (``"half"`` and
+    ``torch.float16`` are ``"float16"``), the one normaliser every module uses. Others (``int4``,
+    the ``fnuz`` float8 kinds, NumPy's ``float128``) keep their own name, sized by their
+    ``itemsize``/``size`` attribute or NumPy.
 
     Raises:
         LayoutError: a dtype whose size cannot be told, naming it.
     """
-    if isinstance(dtype, str):
-        name = dtype
+    try:
+        name = _dtypes.dtype_name(dtype)
+    except LayoutError:
+        pass
     else:
-        name = getattr(dtype, "name", None) or str(dtype)
-        if not isinstance(name, str):
-            name = str(dtype)
-    name = name.removeprefix("torch.").removeprefix("tf.").removeprefix("<dtype: '").removesuffix("'>")
-    if name in _ITEMSIZE:
-        return name, _ITEMSIZE[name]
+        return name, _dtypes.itemsize(name)
+    text = dtype if isinstance(dtype, str) else getattr(dtype, "name", None) or str(dtype)
+    text = str(text).removeprefix("torch.").removeprefix("tf.").removeprefix("<dtype: '").removesuffix("'>")
+    if text in _OTHER_ITEMSIZE:
+        return text, _OTHER_ITEMSIZE[text]
     for attribute in ("itemsize", "size"):  # NumPy / torch (itemsize), TF DType (size)
         size = getattr(dtype, attribute, None)
         if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            return name, size
+            return text, size
     try:
         import numpy as np  # the core depends on NumPy already (the reference driver)
 

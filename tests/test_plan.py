@@ -188,3 +188,18 @@ def test_bad_maps_raise() -> None:
     lm["w"] = ("data", None)
     with pytest.raises(LayoutError, match=r"'w' \(shape \(4,\)\).*rank-2"):
         plan(lm, {"w": (4,)})
+
+
+@pytest.mark.parametrize(
+    ("spelling", "name", "size"),
+    [("half", "float16", 2), ("float", "float32", 4), ("int", "int32", 4), ("bf16", "bfloat16", 2), ("int4", "int4", 1)],
+)
+def test_plan_names_dtypes_as_the_dtype_module_does(spelling: str, name: str, size: int) -> None:
+    """One normaliser: the plan's dtype names and sizes are layoutcore.driver.dtype_name's and itemsize's."""
+    mesh = lc.Mesh((2,), ("x",))
+    layout_map = lc.LayoutMap(mesh)
+    layout_map["w"] = ("x",)
+    entry = lc.plan(layout_map, {"w": ((8,), spelling)}).entries[0]
+    assert (entry.dtype, entry.device_bytes) == (name, (8 // 2 * size,) * 2)
+    if name != "int4":
+        assert lc.driver.dtype_name(spelling) == name and lc.driver.itemsize(name) == size
