@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from layoutcore import Layout, LayoutError, Mesh
+from layoutcore.driver import canonical_devices
 
 from ._runtime import configure_cpu_devices
 
@@ -44,10 +45,7 @@ AxisTypeName = Literal["auto", "explicit"]
 
 def device_names(devices: Sequence[Any]) -> tuple[str, ...]:
     """layoutcore's canonical names (``"CPU:0"``) of JAX devices, in the given order."""
-    if not devices:
-        return ()
-    # Mesh canonicalises native device objects; going through it keeps one naming rule for all drivers.
-    return Mesh((len(devices),), ("d",), devices=list(devices)).devices  # type: ignore[return-value]
+    return canonical_devices(list(devices))  # the one naming rule of every driver
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from layoutcore import ConfigurationError, LayoutcoreError, Mesh
-from layoutcore.driver import CPU_DEVICES_ENV, cpu_device_count
+from layoutcore import ConfigurationError, LayoutcoreError
+from layoutcore.driver import CPU_DEVICES_ENV, canonical_devices, cpu_device_count
 
 __all__ = ["MultiClientInitError", "initialize_multi_client"]
 
@@ -102,9 +102,7 @@ def configure_cpu_devices() -> None:
 
 def canonical_names(names: Sequence[Any]) -> tuple[str, ...]:
     """layoutcore's canonical device names for TF device names or ``DeviceSpec`` objects."""
-    if not names:
-        return ()
-    return Mesh((len(names),), ("d",), devices=list(names)).devices or ()
+    return canonical_devices(list(names))  # the one naming rule of every driver
 
 
 def full_name(device: str) -> str:
