@@ -94,12 +94,20 @@ class ForeignCheckpoint:
         Raises:
             CheckpointError: a file that ends early, or a box the pieces do not cover.
         """
-        reads = plan_tensor(tensor.stored, boxes)
         dtype = numpy_dtype(tensor.dtype)
-        outs = [np.empty(sizes, dtype=dtype) for _, sizes in reads.boxes]
-        read_boxes("/", reads, outs, checkpoint=self.path, fds=fds)
-        index = {b: i for i, b in enumerate(reads.boxes)}
-        return [outs[index[(tuple(o), tuple(s))]] for o, s in boxes]
+        stored = tensor.stored
+        done: dict[Box, np.ndarray[Any, Any]] = {}
+        for o, s in boxes:
+            box = (tuple(o), tuple(s))
+            if box not in done:
+                # one box per call: the read core then reads a box's runs straight into it (no
+                # staging copy); a layout's distinct boxes are disjoint, so no byte is read twice
+                out = np.empty(box[1], dtype=dtype)
+                read_boxes(
+                    "/", plan_tensor(stored, [box]), [out], checkpoint=self.path, fds=fds, tensor_path=tensor.path
+                )
+                done[box] = out
+        return [done[(tuple(o), tuple(s))] for o, s in boxes]
 
     def close(self) -> None:
         """Release anything held open (TensorStore handles)."""
