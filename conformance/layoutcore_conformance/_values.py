@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import layoutcore as lc
-from layoutcore.driver import ALL_DTYPES, as_bits, dtype_name, numpy_dtype, random_values
+from layoutcore.driver import ALL_DTYPES, Limitation, as_bits, dtype_name, numpy_dtype, random_values
 
 from ._oracle import Case, _where, bound_devices
 from .adapter import ConformanceAdapter
@@ -120,6 +120,8 @@ def assert_dtype_refused(driver: lc.driver.Driver, name: str, call: Callable[[],
     except lc.UnsupportedLayoutError as err:
         assert isinstance(err, NotImplementedError)
         assert name in str(err), f"{what}: the refusal does not name the dtype {name!r}: {err}"
+        assert err.driver == driver.name, f"{what}: UnsupportedLayoutError.driver is {err.driver!r}, not {driver.name!r}"
+        assert err.feature == Limitation.DTYPE, f"{what}: UnsupportedLayoutError.feature is {err.feature!r}, not dtype"
         return
     except lc.LayoutcoreError as err:
         pytest.fail(f"{what}: undeclared dtype {name!r} raised {type(err).__name__}, not UnsupportedLayoutError: {err}")

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 import layoutcore as lc
+from layoutcore.driver import ALL_DTYPES, dtype_name
 
 from .adapter import ConformanceAdapter, adapter_path, load_adapter
 
@@ -100,8 +101,19 @@ def _header_lines() -> list[str]:
         f"adapter {adapter_path(driver) or '(none)'}",
         f"  capabilities: {', '.join(declared) or '(none)'}; refusals checked for: {', '.join(lacking) or '(none)'}",
         f"  devices ({len(devices)}): {', '.join(devices)}",
+        f"  dtypes: {_dtype_line(driver)}",
         f"  hypothesis profile: {settings.get_current_profile_name()}, max_examples={settings().max_examples}",
     ]
+
+
+def _dtype_line(driver: lc.Driver) -> str:
+    """The dtypes the driver declares and, of the 17, those whose refusal the suite checks."""
+    hook = getattr(driver, "supported_dtypes", None)
+    if hook is None:
+        return "(none declared: the dtype tests fail)"
+    held = {dtype_name(d) for d in (hook() if callable(hook) else hook)}
+    refused = [d for d in ALL_DTYPES if d not in held]
+    return f"{', '.join(d for d in ALL_DTYPES if d in held)}; refusals checked for: {', '.join(refused) or '(none)'}"
 
 
 def _hang_limit(config: pytest.Config) -> float:

@@ -47,7 +47,7 @@ def _case(name: str, spec: tuple[Any, ...] = SOURCE_SPEC) -> Case:
     return Case(MESH[0], MESH[1], spec, SHAPE, name)
 
 
-def _supported(driver: lc.driver.Driver, name: str) -> bool:
+def _supported(driver: lc.Driver, name: str) -> bool:
     return name in declared_dtypes(driver)
 
 
@@ -59,7 +59,7 @@ def _native(adapter: ConformanceAdapter, x: np.ndarray, name: str) -> Any:
     return value
 
 
-def test_distribute(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_distribute(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name)
     x = dtype_values(SHAPE, name)
     if not _supported(driver, name):
@@ -70,7 +70,7 @@ def test_distribute(driver: lc.driver.Driver, adapter: ConformanceAdapter, name:
     assert_device_bits(adapter, lc.distribute_tensor(native, case.layout()), x, case, "distribute_tensor(framework)")
 
 
-def test_to_numpy(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_to_numpy(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     if not _supported(driver, name):
         pytest.skip(f"{name} is not declared: test_distribute checks its refusal; there is nothing to read")
     case = _case(name)
@@ -81,7 +81,7 @@ def test_to_numpy(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: s
     assert_bits_equal(lc.to_numpy(native), x, "to_numpy of a distributed framework tensor")
 
 
-def test_unpack_pack(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_unpack_pack(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     """Components bit for bit; ``pack(unpack(t))`` and ``pack`` of framework pieces round-trip. The replicas over
     ``y`` hold NaN where the dtype has one: ``pack``'s replica check must take a NaN as equal to itself."""
     case = _case(name)
@@ -108,11 +108,12 @@ def test_unpack_pack(driver: lc.driver.Driver, adapter: ConformanceAdapter, name
         lc.pack(differing, layout, global_shape=SHAPE)
 
 
-def test_relayout_same_mesh(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
-    if not _supported(driver, name):
-        pytest.skip(f"{name} is not declared: test_distribute checks its refusal; there is nothing to relayout")
+def test_relayout_same_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     case, target = _case(name), _case(name, SAME_MESH_SPEC)
     x = dtype_values(SHAPE, name, seed=3)
+    if not _supported(driver, name):  # a plain value to relayout is placed as distribute_tensor would
+        assert_dtype_refused(driver, name, lambda: lc.relayout(x, target.layout()), "relayout of a plain value")
+        return
     tensor = lc.distribute_tensor(x, case.layout())
     moved = lc.relayout(tensor, target.layout())
     assert_device_bits(adapter, moved, x, target, "relayout there")
@@ -123,7 +124,7 @@ def test_relayout_same_mesh(driver: lc.driver.Driver, adapter: ConformanceAdapte
     assert_device_bits(adapter, tensor, x, case, "the source after relayout")
 
 
-def test_relayout_across_meshes(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     if not _supported(driver, name):
         pytest.skip(f"{name} is not declared: test_distribute checks its refusal; there is nothing to relayout")
     case = _case(name)
@@ -131,8 +132,8 @@ def test_relayout_across_meshes(driver: lc.driver.Driver, adapter: ConformanceAd
     assert needs_cross_mesh(driver, case, target)
     x = dtype_values(SHAPE, name, seed=4)
     tensor = lc.distribute_tensor(x, case.layout())
-    if lc.driver.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
-        missing = {lc.driver.Capability.RELAYOUT_ACROSS_MESHES.value}
+    if lc.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
+        missing = {lc.Capability.RELAYOUT_ACROSS_MESHES.value}
         assert_refused(driver, missing, lambda: lc.relayout(tensor, target.layout()), f"relayout across meshes {name}")
         return
     moved = lc.relayout(tensor, target.layout())
@@ -140,7 +141,7 @@ def test_relayout_across_meshes(driver: lc.driver.Driver, adapter: ConformanceAd
     assert_device_bits(adapter, lc.relayout(moved, case.layout()), x, case, "relayout back to the first mesh")
 
 
-def test_copy_to_mesh(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_copy_to_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name, (None, None))
     x = dtype_values(SHAPE, name, seed=5)
     layout = case.layout()
@@ -152,19 +153,21 @@ def test_copy_to_mesh(driver: lc.driver.Driver, adapter: ConformanceAdapter, nam
     assert_device_bits(adapter, lc.copy_to_mesh(native, layout), x, case, "copy_to_mesh(framework)")
 
 
-def test_call_with_layout(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
-    """``call_with_layout`` of a function that returns a framework tensor of the dtype (a constant)."""
+def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+    """``call_with_layout`` of a function that makes a framework tensor of the dtype (``adapter.from_numpy`` of a
+    constant, called inside, as ``tf.constant(x)`` would be)."""
     case = _case(name)
     x = dtype_values(SHAPE, name, seed=6)
     layout = case.layout()
     if not _supported(driver, name):
         assert_dtype_refused(driver, name, lambda: lc.call_with_layout(lambda: x.copy(), layout), "call_with_layout")
         return
-    native = _native(adapter, x, name)
-    assert_device_bits(adapter, lc.call_with_layout(lambda: native, layout), x, case, "call_with_layout")
+    _native(adapter, x, name)  # the adapter keeps the dtype
+    made = lc.call_with_layout(lambda: adapter.from_numpy(x), layout)
+    assert_device_bits(adapter, made, x, case, "call_with_layout")
 
 
-def test_variable(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_variable(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name)
     x = dtype_values(SHAPE, name, seed=7)
     layout = case.layout()

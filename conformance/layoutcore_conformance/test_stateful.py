@@ -17,6 +17,7 @@ Sequences per run: 100 under the ``ci`` profile, 2 000 under ``fuzz`` (see :data
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import layoutcore as lc
 from layoutcore.driver import Capability
 
 from ._oracle import Case, assert_refused, missing_capabilities, needs_cross_mesh
-from ._strategies import cases, mesh_parts, other_layouts
+from ._strategies import MeshParts, device_budget, layout_specs, shapes_for
 from ._values import ALL_DTYPES, assert_bits_equal, assert_device_bits, declared_dtypes, dtype_values
 from .adapter import ConformanceAdapter
 
@@ -37,9 +38,47 @@ from .adapter import ConformanceAdapter
 SEQUENCES = {"ci": 100, "dev": 100, "smoke": 40, "thorough": 1000, "fuzz": 2000}
 #: Steps per sequence: long enough to chain relayouts, packs and in-place updates of one value.
 STEPS = 12
-#: Tensor rank and the largest mesh of a sequence: small values keep a step cheap; the property tests
-#: cover rank 3.
+#: Tensor rank of a sequence's values: small values keep a step cheap; the property tests cover rank 3.
 MAX_RANK = 2
+
+
+def mesh_pool() -> list[MeshParts]:
+    """The meshes sequences draw from: a fixed pool, abstract and concrete, named and not, of rank 1 to 3.
+
+    Fixed, not random as in the property tests: a framework may keep resources per distinct mesh for the
+    life of the process (TF DTensor keeps a pool of threads per mesh and layoutcore's TF driver caps them
+    at 256), and a few meshes make the relayouts between them frequent.
+    """
+    n = device_budget()
+    devices = tuple(lc.list_devices())[:n]
+    half = max(1, n // 2)
+    pool: list[MeshParts] = [
+        ((n,), ("x",), None, ""),
+        ((n,), ("x",), devices[:n], ""),
+        ((half,), ("z",), None, ""),
+        ((2, half), ("x", "y"), None, ""),
+        ((2, half), ("x", "y"), devices[: 2 * half], "mesh1"),
+        ((half, 2), ("batch", "model"), None, ""),
+        ((1,), ("y",), devices[:1], ""),
+    ]
+    if n >= 8:
+        pool.append(((2, 2, 2), ("x", "y", "z"), None, ""))
+    return [parts for parts in pool if int(np.prod(parts[0])) <= n]
+
+
+@st.composite
+def pooled_cases(
+    draw: st.DrawFn, dtypes: list[str], mesh: MeshParts | None = None, shape: tuple[int, ...] | None = None
+) -> Case:
+    """A mesh from :func:`mesh_pool` (or ``mesh``), a random layout on it, a shape (or ``shape``) and a dtype."""
+    shape_m, names, devices, mesh_name = mesh if mesh is not None else draw(st.sampled_from(mesh_pool()))
+    rank = draw(st.integers(0, MAX_RANK)) if shape is None else len(shape)
+    spec = draw(layout_specs(names, rank))
+    dtype = draw(st.sampled_from(dtypes))
+    case = Case(shape_m, names, spec, (), dtype, devices, mesh_name)
+    if shape is None:
+        shape = draw(shapes_for([int(np.prod([shape_m[a] for a in axes])) for axes in case.dim_axes]))
+    return Case(shape_m, names, spec, shape, dtype, devices, mesh_name)
 
 
 @dataclass(eq=False)
@@ -67,8 +106,12 @@ class Held:
 class LayoutcoreModel(RuleBasedStateMachine):
     """The driver's data functions against a NumPy model (see the module docstring)."""
 
+    #: Sequences started in this process (hypothesis makes one machine per sequence, shrinking included).
+    started = 0
+
     def __init__(self, driver: lc.Driver, adapter: ConformanceAdapter) -> None:
         super().__init__()
+        type(self).started += 1
         self.driver = driver
         self.adapter = adapter
         declared = declared_dtypes(driver)
@@ -113,7 +156,7 @@ class LayoutcoreModel(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------------
     @rule(data=st.data(), native=st.booleans(), seed=st.integers(0, 2**16))
     def distribute(self, data: st.DataObject, native: bool, seed: int) -> None:
-        case = data.draw(cases(self.dtypes, max_rank=MAX_RANK), label="case")
+        case = data.draw(pooled_cases(self.dtypes), label="case")
         x = self._values(case, seed)
         value = self.adapter.from_numpy(x) if native else x
         if self._refused(case, lambda: lc.distribute_tensor(value, case.layout()), "distribute_tensor"):
@@ -123,7 +166,7 @@ class LayoutcoreModel(RuleBasedStateMachine):
 
     @rule(data=st.data(), native=st.booleans(), seed=st.integers(0, 2**16))
     def copy_to_mesh(self, data: st.DataObject, native: bool, seed: int) -> None:
-        shape_m, names, devices, mesh_name = data.draw(mesh_parts(), label="mesh")
+        shape_m, names, devices, mesh_name = data.draw(st.sampled_from(mesh_pool()), label="mesh")
         rank = data.draw(st.integers(0, MAX_RANK), label="rank")
         shape = tuple(data.draw(st.lists(st.integers(0, 5), min_size=rank, max_size=rank), label="shape"))
         dtype = data.draw(st.sampled_from(self.dtypes), label="dtype")
@@ -136,7 +179,9 @@ class LayoutcoreModel(RuleBasedStateMachine):
     @rule(data=st.data(), other_mesh=st.booleans())
     def relayout(self, data: st.DataObject, other_mesh: bool) -> None:
         source = data.draw(st.sampled_from(self._tensors()), label="source")
-        target = data.draw(other_layouts(source.case, other_mesh=other_mesh), label="target")
+        c = source.case
+        mesh = None if other_mesh else (c.mesh_shape, c.axis_names, c.devices, c.mesh_name)
+        target = data.draw(pooled_cases([c.dtype], mesh, c.shape), label="target")
         missing = missing_capabilities(self.driver, target.layout(), target.shape)
         across = needs_cross_mesh(self.driver, source.case, target)
         if across and Capability.RELAYOUT_ACROSS_MESHES not in self.driver.capabilities:
@@ -168,7 +213,7 @@ class LayoutcoreModel(RuleBasedStateMachine):
             variable = lc.Variable(source.obj)  # keeps the tensor's layout; must own its storage
             self._hold(variable, source.case, source.expected, f"Variable(#{source.number})", variable=True)
             return
-        case = data.draw(cases(self.dtypes, max_rank=MAX_RANK), label="case")
+        case = data.draw(pooled_cases(self.dtypes), label="case")
         x = self._values(case, seed)
         if self._refused(case, lambda: lc.Variable(x, case.layout()), "Variable"):
             return
@@ -236,16 +281,24 @@ def sequences() -> int:
     return SEQUENCES.get(profile, max(100, settings().max_examples))
 
 
-def test_operation_sequences_match_numpy_model(driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+def test_operation_sequences_match_numpy_model(
+    driver: lc.Driver, adapter: ConformanceAdapter, record_property: Callable[[str, object], None]
+) -> None:
     """Random sequences of data functions on the driver, checked after every step against a NumPy model."""
     declared_dtypes(driver)  # fail first, and clearly, where the driver declares no dtypes
+    before = LayoutcoreModel.started
+    wanted = sequences()
     run_state_machine_as_test(
         lambda: LayoutcoreModel(driver, adapter),
         settings=settings(
             settings(),
-            max_examples=sequences(),
+            max_examples=wanted,
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
         ),
     )
+    ran = LayoutcoreModel.started - before
+    record_property("sequences", ran)
+    print(f"{ran} operation sequences of up to {STEPS} steps on driver {driver.name!r}")
+    assert ran >= wanted, f"hypothesis ran {ran} sequences, fewer than the {wanted} this profile asks for"
