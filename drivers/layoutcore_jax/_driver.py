@@ -168,7 +168,6 @@ class JaxDriver(Driver):
     native_types = ("jaxlib._jax.ArrayImpl", "jax._src.core.Tracer")
     requires = ("jax",)
     install_hint = "pip install 'layoutcore[jax]'"
-    conformance_adapter = "layoutcore_jax._conformance:JaxAdapter"
 
     def __init__(self, *, axis_types: AxisTypeName = "auto") -> None:
         super().__init__()

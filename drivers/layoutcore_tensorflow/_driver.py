@@ -96,7 +96,6 @@ class TensorFlowDriver(Driver):
     )
     requires = ("tensorflow",)
     install_hint = "pip install 'layoutcore[tensorflow]'"
-    conformance_adapter = "layoutcore_tensorflow._conformance:TensorFlowAdapter"
 
     def __init__(self) -> None:
         super().__init__()

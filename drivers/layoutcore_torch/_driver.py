@@ -62,7 +62,6 @@ class TorchDriver(Driver):
     )
     requires = ("torch",)
     install_hint = "pip install 'layoutcore[torch]'"
-    conformance_adapter = "layoutcore_torch._conformance:TorchAdapter"
     native_types: ClassVar[tuple[str, ...]] = ("torch.distributed.tensor.DTensor",)
     #: Each rank's block is copied out of the caller's input (module docstring, "Whose memory").
     input_aliasing = "snapshot"
