@@ -123,7 +123,7 @@ def run_page(page: Path) -> None:
     """Run one page's runnable blocks in order in one module namespace (the subprocess side).
 
     The namespace is a real module registered in ``sys.modules``, so an example can name its own
-    classes by ``"module:Class"`` (as ``Driver.conformance_adapter`` does).
+    classes by ``"module:Class"`` (as an entry point or ``register_adapter`` does for a conformance adapter).
     """
     module = types.ModuleType("doc_example")
     module.__file__ = str(page)
