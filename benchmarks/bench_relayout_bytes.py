@@ -9,6 +9,7 @@ environment::
     PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_bytes.py jax
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_bytes.py torch        # simulation
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_bytes.py torch-gloo   # 8 gloo processes
+    python benchmarks/bench_relayout_bytes.py tensorflow-estimate   # TF: from the plan (see below)
     python benchmarks/bench_relayout_bytes.py table     # merge into results/bench_relayout_bytes.md
 
 *Moved bytes* are the bytes all devices together receive, as the floor counts them
@@ -28,13 +29,15 @@ for a relayout that moves nothing it need not.
   ranks). ``all_to_all_single`` with split sizes counts its splits to other ranks exactly,
   ``all_gather_into_tensor`` ``(g-1)`` inputs, ``shard_dim_alltoall`` ``(g-1)/g`` of the input.
 * **TF** DTensor is not measured: its relayout is expanded to collectives inside TF's C++ runtime
-  (the DTensor MLIR SPMD expansion), which exposes no collective sizes to Python; see
-  docs/before-you-run.md for the plan-based estimate.
+  (the DTensor MLIR SPMD expansion), which exposes no collective sizes to Python; the
+  ``tensorflow-estimate`` run prices its gather-then-slice expansion with ``relayout_plan``
+  (:func:`estimate_tensorflow`). layoutcore's TF driver relayouts with ``dtensor.relayout``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -236,6 +239,60 @@ def measure_torch_gloo(world: int = 8) -> dict[str, Any]:
     return json.loads(outs[0][0].strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _bounds(block: tuple[slice, ...], shape: tuple[int, ...]) -> list[slice]:
+    return [slice(*b.indices(n)[:2]) for b, n in zip(block, shape, strict=True)]
+
+
+# ------------------------------------------------------------------------------------------------
+# TF: an estimate from the plan (TF's runtime shows Python no collective)
+# ------------------------------------------------------------------------------------------------
+def estimate_tensorflow() -> dict[str, Any]:
+    """What TF DTensor's relayout moves, estimated: not measured (module docstring).
+
+    TF 2.21 expands ``dtensor.relayout`` into collectives in C++ (the DTensor MLIR SPMD expansion of
+    one eager ``Relayout`` op); neither the expanded program nor collective sizes reach Python
+    (``TF_DUMP_GRAPH_PREFIX``, ``TF_CPP_MAX_VLOG_LEVEL=1`` and ``DTENSOR_LOG_OP_BY_OP=1`` printed none).
+    Its relayout expander unshards first and slices after: every tensor axis whose mesh axes change
+    is all-gathered, then each device keeps its target block. The estimate is the floor of that
+    first step, ``relayout_plan(source, source with those axes unsharded)``; the slice moves nothing.
+    Layouts TF cannot hold (several mesh axes on one tensor axis, uneven) are refusals, as TF raises
+    them. TF's ``relayout`` stays on one mesh; layoutcore's TF driver moves to another mesh through host
+    memory (every block read once, then each device's target block placed): estimated as both.
+    """
+    out: dict[str, Any] = {
+        "statistic": "count",
+        "framework": "tensorflow 2.21 (estimate from the plan, not measured)",
+        "estimate": True,
+        "cases": {},
+    }
+    for case, (source, target, shape) in CASES.items():
+        floor = floor_bytes(source, target, shape)
+        multi = any(len(source.mesh_axes(d)) > 1 or len(target.mesh_axes(d)) > 1 for d in range(len(shape)))
+        uneven = any(n % source.num_shards(d) or n % target.num_shards(d) for d, n in enumerate(shape))
+        if multi or uneven:
+            reason = "multi_axis" if multi else "uneven"
+            out["cases"][case] = {"floor_bytes": floor, "error": f"TF DTensor refuses ({reason})", "refused": reason}
+            continue
+        if source.mesh != target.mesh:  # dtensor.relayout stays on one mesh; the driver goes through the host
+            host = math.prod(shape) * 4 + sum(
+                math.prod(b.stop - b.start for b in _bounds(block, shape)) * 4 for block in target.device_slices(shape)
+            )
+            out["cases"][case] = {
+                "floor_bytes": floor,
+                "native": {"error": "dtensor.relayout works within one mesh", "refused": "cross-mesh"},
+                "layoutcore": {"moved_bytes": host, "collectives": ["through host memory (estimated)"]},
+            }
+            continue
+        gathered = lc.Layout(
+            [None if source.mesh_axes(d) != target.mesh_axes(d) else source.axes[d] for d in range(len(shape))],
+            source.mesh,
+        )
+        moved = lc.relayout_plan(source, gathered, shape, "float32").floor_bytes
+        result = {"moved_bytes": moved, "collectives": ["all-gather (estimated)"] if moved else []}
+        out["cases"][case] = {"floor_bytes": floor, "native": result, "layoutcore": result}
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Table
 # ------------------------------------------------------------------------------------------------
@@ -250,7 +307,7 @@ def _cell(case: dict[str, Any] | None, floor: int) -> str:
     return f"{floor / moved:.2f} ({moved // 1024} KiB)"
 
 
-RUNS = ("jax", "torch", "torch-gloo")
+RUNS = ("jax", "torch", "torch-gloo", "tensorflow-estimate")
 
 
 def table() -> str:
@@ -286,7 +343,13 @@ def main(argv: list[str]) -> int:
         _gloo_worker(int(argv[1]), int(argv[2]), int(argv[3]))
         return 0
     if what in RUNS:
-        data = {"jax": measure_jax, "torch": measure_torch, "torch-gloo": measure_torch_gloo}[what]()
+        measure = {
+            "jax": measure_jax,
+            "torch": measure_torch,
+            "torch-gloo": measure_torch_gloo,
+            "tensorflow-estimate": estimate_tensorflow,
+        }[what]
+        data = measure()
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"bench_relayout_bytes.{what}.json").write_text(json.dumps(data, indent=1) + "\n", "utf-8")
         for case, result in data["cases"].items():

@@ -14,7 +14,7 @@ device runs the plan's rectangles:
   (``make_array_from_single_device_arrays``; a device of the target mesh outside the source mesh
   enters an empty block of the source block's shape);
 * the rectangles are grouped into rounds of one shape in which each device sends at most one and
-  receives at most one; a round is one ``ppermute`` (an XLA ``collective-permute``) over exactly
+  receives at most one (a device idle in a round rewrites what it holds, a select over the piece); a round is one ``ppermute`` (an XLA ``collective-permute``) over exactly
   those pairs, so it carries exactly the rounds' rectangles, and ``dynamic_slice`` /
   ``dynamic_update_slice`` at per-device offsets (tables indexed by ``axis_index``) cut and place them;
 * what a device already holds of its target block is copied locally;
@@ -31,7 +31,6 @@ import functools
 import math
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +38,7 @@ import numpy as np
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh
+from layoutcore.driver import LRUCache
 
 if TYPE_CHECKING:
     import jax
@@ -59,18 +59,10 @@ _CACHE_SIZE = 256
 _AXIS = "lc_relayout"
 
 
-class _Lru(OrderedDict[Any, Any]):
-    def put(self, key: Any, value: Any) -> Any:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > _CACHE_SIZE:
-            self.popitem(last=False)
-        return value
-
-
 _LOCK = threading.Lock()
-_NATIVE: _Lru = _Lru()  # (source sharding, target sharding, shape, dtype) -> native moved bytes (None: cannot)
-_PROGRAMS: _Lru = _Lru()  # (source layout, target layout, shape, dtype) -> _Program
+# (source sharding, target sharding, shape, dtype) -> native moved bytes (None: cannot)
+_NATIVE: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
+_PROGRAMS: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)  # (source layout, target layout, shape, dtype) -> _Program
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,7 +182,8 @@ class _Round:
     shape: tuple[int, ...]
     pairs: tuple[tuple[int, int], ...]
     send_at: np.ndarray  # (devices, rank): where each device cuts (0 for non-senders)
-    receive_at: np.ndarray  # (devices, rank): where each device writes (the scratch row for non-receivers)
+    receive_at: np.ndarray  # (devices, rank): where each device writes (0 for non-receivers)
+    receives: np.ndarray  # (devices,): whether each device receives in this round
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +244,6 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
         source_of[where[d]] = p
     for q, d in enumerate(target_mesh.devices):
         target_of[where[d]] = q
-    scratch = (target_block[0], *([0] * (rank - 1)))  # non-receivers write below the block, cut off at the end
 
     # What each device keeps: its source block's overlap with its target block, grouped by shape.
     keeps: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
@@ -272,10 +264,11 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     keep_tables = []
     for size, members in keeps.items():
         take = np.zeros((u, rank), np.int32)
-        put = np.tile(np.array(scratch, np.int32), (u, 1))
+        put = np.zeros((u, rank), np.int32)
+        keeping = np.zeros(u, bool)
         for i, at_src, at_dst in members:
-            take[i], put[i] = at_src, at_dst
-        keep_tables.append((size, take, put))
+            take[i], put[i], keeping[i] = at_src, at_dst, True
+        keep_tables.append((size, take, put, keeping))
 
     # The transfers, by rectangle shape, in rounds of one send and one receive per device.
     by_shape: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
@@ -289,24 +282,31 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     for size, items in by_shape.items():
         for members in _matchings(items):
             send_at = np.zeros((u, rank), np.int32)
-            receive_at = np.tile(np.array(scratch, np.int32), (u, 1))
+            receive_at = np.zeros((u, rank), np.int32)
+            receives = np.zeros(u, bool)
             for i, j, (at_src, at_dst) in members:
-                send_at[i], receive_at[j] = at_src, at_dst
-            rounds.append(_Round(size, tuple((i, j) for i, j, _ in members), send_at, receive_at))
-    pad = max([r.shape[0] for r in rounds] + [size[0] for size in keeps] + [0])
-    padded = (target_block[0] + pad, *target_block[1:])
+                send_at[i], receive_at[j], receives[j] = at_src, at_dst, True
+            rounds.append(_Round(size, tuple((i, j) for i, j, _ in members), send_at, receive_at, receives))
+
+    def place(out: Any, piece: Any, at: Any, writes: np.ndarray, index: Any) -> Any:
+        # A device that writes nothing this step rewrites what it holds there: a select over the piece,
+        # not a pass over the block (and no scratch rows to cut off at the end); none where all write.
+        if not writes.all():
+            held = jax.lax.dynamic_slice(out, at, piece.shape)
+            piece = jnp.where(jnp.asarray(writes)[index], piece, held)
+        return jax.lax.dynamic_update_slice(out, piece, at)
 
     def body(block: Any) -> Any:
         index = jax.lax.axis_index(_AXIS)
-        out = jnp.zeros(padded, block.dtype)
-        for size, take, put in keep_tables:
+        out = jnp.zeros(target_block, block.dtype)
+        for size, take, put, keeping in keep_tables:
             piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(take)[index]), size)
-            out = jax.lax.dynamic_update_slice(out, piece, tuple(jnp.asarray(put)[index]))
+            out = place(out, piece, tuple(jnp.asarray(put)[index]), keeping, index)
         for r in rounds:
             piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(r.send_at)[index]), r.shape)
             piece = jax.lax.ppermute(piece, _AXIS, r.pairs)
-            out = jax.lax.dynamic_update_slice(out, piece, tuple(jnp.asarray(r.receive_at)[index]))
-        return out[: target_block[0]]
+            out = place(out, piece, tuple(jnp.asarray(r.receive_at)[index]), r.receives, index)
+        return out
 
     devices = tuple(driver._by_name[d] for d in names)
     flat = jax.sharding.Mesh(np.array(devices, dtype=object), (_AXIS,))
@@ -348,6 +348,35 @@ def relayout_at_floor(
 
     if driver._multiprocess:
         return None  # across processes: device_put (its collectives span the processes)
+    # The shardings decide everything (devices, blocks): one decision per pair, shape and dtype, so that
+    # a relayout JAX already moves at the floor pays a dictionary lookup, not a plan.
+    key = (tensor.sharding, sharding, tensor.shape, tensor.dtype)
+    with _LOCK:
+        decided = _DECIDED.get(key, _UNDECIDED)
+    if decided is _UNDECIDED:
+        decided = _decide(driver, tensor, layout, devices, sharding)
+        with _LOCK:
+            _DECIDED.put(key, decided)
+    if decided is None:
+        return None
+    program, scalar = decided
+    out = program.run(_flat_input(program, tensor, scalar))
+    by_device = {shard.device: shard.data for shard in out.addressable_shards}
+    arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
+    if scalar:
+        arrays = [a.reshape(()) for a in arrays]
+    return jax.make_array_from_single_device_arrays(tuple(tensor.shape), sharding, arrays)
+
+
+_UNDECIDED = object()
+# (source sharding, target sharding, shape, dtype) -> None (device_put) or (program, scalar)
+_DECIDED: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
+
+
+def _decide(
+    driver: JaxDriver, tensor: jax.Array, layout: Layout, devices: tuple[str, ...], sharding: Any
+) -> tuple[_Program, bool] | None:
+    """``None`` where ``device_put`` moves the floor, else the program that does."""
     shape = tuple(int(s) for s in tensor.shape)
     source = driver.native_fetch_layout(tensor)
     target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
@@ -360,13 +389,7 @@ def relayout_at_floor(
     scalar = tensor.ndim == 0  # planned as shape (1,): shard_map splits a leading axis
     if scalar:
         source, target, shape = Layout((None,), source.mesh), Layout((None,), target.mesh), (1,)
-    program = _program(driver, source, target, shape, dtype)
-    out = program.run(_flat_input(program, tensor, scalar))
-    by_device = {shard.device: shard.data for shard in out.addressable_shards}
-    arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
-    if scalar:
-        arrays = [a.reshape(()) for a in arrays]
-    return jax.make_array_from_single_device_arrays(tuple(tensor.shape), sharding, arrays)
+    return _program(driver, source, target, shape, dtype), scalar
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

@@ -34,14 +34,13 @@ import contextlib
 import functools
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability
+from layoutcore.driver import Capability, LRUCache
 
 from . import _convert, _private
 
@@ -62,18 +61,9 @@ __all__ = ["CollectiveBytes", "RelayoutSchedule", "native_is_at_floor", "relayou
 _CACHE_SIZE = 256
 
 
-class _Lru(OrderedDict[Any, Any]):
-    def put(self, key: Any, value: Any) -> Any:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > _CACHE_SIZE:
-            self.popitem(last=False)
-        return value
-
-
 _LOCK = threading.Lock()
-_DECISIONS: _Lru = _Lru()
-_SCHEDULES: _Lru = _Lru()
+_DECISIONS: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
+_SCHEDULES: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
 _GROUPS: dict[tuple[Any, tuple[int, ...]], Any] = {}
 
 
@@ -273,7 +263,7 @@ def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices:
             "on another mesh): DTensor.redistribute, which autograd follows, works within one mesh, and the plan "
             "that moves data across meshes is not differentiable. Relayout tensor.detach(), or stay on one mesh.",
             driver="torch",
-            feature=Capability.RELAYOUT_ACROSS_MESHES.value,
+            feature=Capability.RELAYOUT_ACROSS_MESHES,
             value=layout,
         )
     if partial:  # pending sums are reduced first, on their own mesh, by torch (as a same-mesh relayout does)

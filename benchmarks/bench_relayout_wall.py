@@ -1,0 +1,258 @@
+"""Wall time of layoutcore's relayout at the floor against the framework's own move, contenders interleaved.
+
+::
+
+    PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_wall.py jax           # 8 CPU devices
+    PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-gloo  # 4 gloo processes
+
+* **JAX** (one process, 8 CPU devices, 2048x2048 float32 = 16 MiB): ``lc.relayout`` against
+  ``jax.device_put`` to the target sharding, and against *before*: the same driver with the plan
+  switched off (``device_put``, what the driver ran before it planned relayouts; the floor check
+  itself stays on, so its cost is in the *layoutcore* column only). Each round runs every contender
+  once in a rotating order, each call waited for (``block_until_ready``); the minimum and the
+  median over rounds are reported (the machine is shared: ratios of minima judge the targets). Targets: ``layoutcore / device_put <= 1.1`` where the plan runs,
+  ``layoutcore / before <= 1.05`` where JAX's move is kept (already at the floor).
+* **torch gloo** (4 processes on 127.0.0.1, one rank each, 4096x4096 float32 = 64 MiB):
+  ``lc.relayout`` against ``DTensor.redistribute`` on a 2x2 mesh; each call starts after a barrier
+  and its time is the slowest rank's. Target ``layoutcore / redistribute <= 1.0`` on the changed
+  cases; x -> None (an all-gather, already at the floor, kept) ``<= 1.05``.
+
+Results: ``results/bench_relayout_wall.<jax|torch-gloo>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
+
+import layoutcore as lc
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _interleaved(contenders: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each call per contender; round ``r`` runs them starting at contender ``r mod n``."""
+    names = list(contenders)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:  # warm-up (compilation, caches)
+        contenders[n]()
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            start = time.perf_counter()
+            contenders[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _summary(times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Median and minimum per contender, and the ratios of both for each ``(a, b)`` pair (``a/b``).
+
+    The machine these run on is shared: the minimum is the least disturbed call, the median what a
+    user would see under the same load; both are kept, and the ratios of minima judge the targets.
+    """
+    median = {n: statistics.median(t) for n, t in times.items()}
+    best = {n: min(t) for n, t in times.items()}
+    out: dict[str, Any] = {"seconds_median": median, "seconds_min": best}
+    for a, b in pairs:
+        out[f"{a}/{b}"] = best[a] / best[b]
+        out[f"{a}/{b} (median)"] = median[a] / median[b]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX
+# ------------------------------------------------------------------------------------------------
+def measure_jax(rounds: int = 30) -> dict[str, Any]:
+    import jax
+    import numpy as np
+    from layoutcore_jax import _relayout
+
+    devices = [f"CPU:{i}" for i in range(8)]
+    line = lc.Mesh((8,), ("x",), devices=devices)
+    grid = lc.Mesh((4, 2), ("x", "y"), devices=devices)
+    flat = lc.Mesh((8,), ("z",), devices=devices)
+    shape = (2048, 2048)
+    cases = {
+        "(x,y) -> (y,x) on 4x2": (lc.Layout(["x", "y"], grid), lc.Layout(["y", "x"], grid)),
+        "(x,y) -> (None,(x,y)) on 4x2": (lc.Layout(["x", "y"], grid), lc.Layout([None, ("x", "y")], grid)),
+        "cross-mesh 4x2 (x,None) -> 8 (None,z)": (lc.Layout(["x", None], grid), lc.Layout([None, "z"], flat)),
+        "x -> None": (lc.Layout(["x", None], line), lc.Layout([None, None], line)),
+        "None -> x": (lc.Layout([None, None], line), lc.Layout(["x", None], line)),
+        "S0 -> S1": (lc.Layout(["x", None], line), lc.Layout([None, "x"], line)),
+        "((x,y),None) -> (None,(x,y))": (lc.Layout([("x", "y"), None], grid), lc.Layout([None, ("x", "y")], grid)),
+    }
+    driver = lc.get_driver("jax")
+    planned = _relayout.relayout_at_floor
+    out: dict[str, Any] = {
+        "statistic": "median",
+        "framework": f"jax {jax.__version__}",
+        "devices": 8,
+        "shape": list(shape),
+        "dtype": "float32",
+        "rounds": rounds,
+        "cases": {},
+    }
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    for case, (source, target) in cases.items():
+        value = lc.distribute_tensor(x, source, driver=driver)
+        sharding = driver.named_sharding(target)  # type: ignore[attr-defined]
+        floor = lc.relayout_plan(source, target, shape, "float32").floor_bytes
+        native = _relayout.native_moved_bytes(value, sharding)
+
+        def layoutcore(value: Any = value, target: lc.Layout = target) -> None:
+            lc.relayout(value, target, driver=driver).block_until_ready()
+
+        def before(value: Any = value, target: lc.Layout = target) -> None:
+            _relayout.relayout_at_floor = lambda *a, **k: None  # type: ignore[assignment]
+            try:
+                lc.relayout(value, target, driver=driver).block_until_ready()
+            finally:
+                _relayout.relayout_at_floor = planned
+
+        def device_put(value: Any = value, sharding: Any = sharding) -> None:
+            jax.device_put(value, sharding).block_until_ready()
+
+        times = _interleaved({"layoutcore": layoutcore, "device_put": device_put, "before": before}, rounds)
+        plan_runs = native is None or native > floor
+        out["cases"][case] = {
+            "floor_bytes": floor,
+            "device_put_bytes": native,
+            "plan_runs": plan_runs,
+            **_summary(times, [("layoutcore", "device_put"), ("layoutcore", "before")]),
+            "target": "layoutcore/device_put <= 1.1" if plan_runs else "layoutcore/before <= 1.05",
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# torch gloo
+# ------------------------------------------------------------------------------------------------
+def _gloo_worker(rank: int, port: int, world: int, rounds: int) -> None:
+    import datetime
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=300),
+    )
+    driver = lc.get_driver("torch")
+    devices = [f"CPU:{i}" for i in range(world)]
+    grid = lc.Mesh((2, 2), ("x", "y"), devices=devices)
+    line = lc.Mesh((4,), ("x",), devices=devices)
+    shape = (4096, 4096)
+    cases = {
+        "(x,y) -> (y,x) on 2x2": (lc.Layout(["x", "y"], grid), lc.Layout(["y", "x"], grid)),
+        "((x,y),None) -> (None,(x,y)) on 2x2": (
+            lc.Layout([("x", "y"), None], grid),
+            lc.Layout([None, ("x", "y")], grid),
+        ),
+        "x -> None on 4 (all-gather, kept)": (lc.Layout(["x", None], line), lc.Layout([None, None], line)),
+    }
+    x = torch.from_numpy(np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
+    result: dict[str, Any] = {}
+    for case, (source, target) in cases.items():
+        value = lc.distribute_tensor(x, source, driver=driver)
+        device_mesh = driver.device_mesh(target.mesh)  # type: ignore[attr-defined]
+        placements = driver.placements(target)  # type: ignore[attr-defined]
+
+        def timed(fn: Callable[[], Any]) -> float:
+            dist.barrier()
+            start = time.perf_counter()
+            fn()
+            elapsed = torch.tensor([time.perf_counter() - start])
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
+            return float(elapsed)
+
+        contenders = {
+            "layoutcore": lambda value=value, target=target: lc.relayout(value, target, driver=driver),
+            "redistribute": lambda value=value, dm=device_mesh, pl=placements: value.redistribute(dm, pl),
+        }
+        names = list(contenders)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for n in names:
+            timed(contenders[n])  # warm-up
+        for r in range(rounds):
+            for k in range(len(names)):
+                name = names[(r + k) % len(names)]
+                times[name].append(timed(contenders[name]))
+        result[case] = {
+            "floor_bytes": lc.relayout_plan(source, target, shape, "float32").floor_bytes,
+            **_summary(times, [("layoutcore", "redistribute")]),
+        }
+    if rank == 0:
+        data = {
+            "statistic": "median",
+            "framework": f"torch {torch.__version__} gloo, {world} processes",
+            "shape": list(shape),
+            "dtype": "float32",
+            "rounds": rounds,
+            "target": "layoutcore/redistribute <= 1.0 on the changed cases, <= 1.05 on the kept all-gather",
+            "cases": result,
+        }
+        print(json.dumps(data), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure_torch_gloo(world: int = 4, rounds: int = 5) -> dict[str, Any]:
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "MASTER_", "RANK", "WORLD_SIZE"))}
+    env["LAYOUTCORE_DRIVER"] = "torch"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "torch-gloo-worker", str(r), str(port), str(world), str(rounds)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+        if p.returncode:
+            raise RuntimeError(f"gloo rank {r} failed (rc {p.returncode}):\n{err[-3000:]}")
+    return json.loads(outs[0][0].strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main(argv: list[str]) -> int:
+    what = argv[0] if argv else ""
+    if what == "torch-gloo-worker":
+        _gloo_worker(int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
+        return 0
+    if what not in ("jax", "torch-gloo"):
+        print(__doc__)
+        return 2
+    data = measure_jax() if what == "jax" else measure_torch_gloo()
+    data["load_average"] = list(os.getloadavg())
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"bench_relayout_wall.{what}.json").write_text(json.dumps(data, indent=1) + "\n", "utf-8")
+    for case, result in data["cases"].items():
+        ratios = {k: round(v, 3) for k, v in result.items() if "/" in k}
+        seconds = {k: f"{v * 1e3:.2f} ms" for k, v in result["seconds_min"].items()}
+        print(f"{case:42s} {ratios} {seconds}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
