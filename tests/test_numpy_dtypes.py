@@ -33,6 +33,7 @@ def numpy_driver() -> str:
 
 def test_every_dtype_is_declared() -> None:
     assert NumpyDriver().supported_dtypes() == frozenset(ALL_DTYPES)
+    assert checks.documented_dtypes("NumPy") == NumpyDriver().supported_dtypes(), "run python docs/gen_dtype_table.py"
 
 
 @pytest.mark.parametrize("name", ALL_DTYPES)

@@ -313,14 +313,21 @@ class TensorFlowDriver(Driver):
         """DTensor's Relayout op inside a ``tf.function``, on integer bits where its collectives would
         change them (see :attr:`_exact_dtypes`): a same-width bitcast to int32/int64, 1-2 byte dtypes
         widened to int32, bool cast to int32, float8 through float32 (exact), complex128 as its two
-        float64 halves."""
+        float64 halves. The result is a Relayout op's output, whose layout ``fetch_layout`` reads."""
+        dtensor, tf = self._dtensor, self._tf
+        if tensor.dtype in self._exact_dtypes or tensor.dtype == tf.string:
+            return dtensor.relayout(tensor, native)
+        # A same-layout Relayout last: it moves nothing, and marks the layout on the graph.
+        return dtensor.relayout(self._graph_bits_relayout(tensor, native), native)
+
+    def _graph_bits_relayout(self, tensor: Any, native: Any) -> Any:
         dtensor, tf = self._dtensor, self._tf
         dtype = tensor.dtype
-        if dtype in self._exact_dtypes or dtype == tf.string:
+        if dtype in self._exact_dtypes:
             return dtensor.relayout(tensor, native)
         if dtype == tf.complex128:
-            real = self._graph_relayout(tf.math.real(tensor), native)
-            imag = self._graph_relayout(tf.math.imag(tensor), native)
+            real = self._graph_bits_relayout(tf.math.real(tensor), native)
+            imag = self._graph_bits_relayout(tf.math.imag(tensor), native)
             return tf.complex(real, imag)
         if dtype == tf.bool:
             return tf.cast(dtensor.relayout(tf.cast(tensor, tf.int32), native), tf.bool)
@@ -335,7 +342,7 @@ class TensorFlowDriver(Driver):
                     feature=Limitation.DTYPE,
                     value=tensor,
                 )
-            return tf.cast(self._graph_relayout(tf.cast(tensor, tf.float32), native), dtype)  # exact for e4m3fn
+            return tf.cast(self._graph_bits_relayout(tf.cast(tensor, tf.float32), native), dtype)  # exact for e4m3fn
         if dtype.size < 4:
             unsigned = tf.uint8 if dtype.size == 1 else tf.uint16
             bits = tensor if dtype == unsigned else tf.bitcast(tensor, unsigned)

@@ -8,6 +8,7 @@ The oracle is NumPy: ``layout.device_slices`` of the global array, compared by b
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,3 +120,19 @@ def check_mixed_pack_refused(driver: str) -> None:
     blocks[3] = blocks[3].astype(random_values("bfloat16", (1,)).dtype)
     with pytest.raises(lc.LayoutError, match=r"bfloat16.*float32"):
         lc.pack(blocks, layout, driver=driver)
+
+
+def documented_dtypes(column: str) -> frozenset[str]:
+    """The dtypes docs/dtypes.md's generated table marks as held in ``column`` (a driver's title)."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "dtypes.md"
+    begin, end = "<!-- BEGIN dtype-table", "<!-- END dtype-table -->"
+    rows = [line for line in page.read_text().split(begin)[1].split(end)[0].splitlines() if line.startswith("|")]
+    titles = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    index = titles.index(column)
+    held = frozenset(
+        cells[0].strip("`")
+        for cells in ([cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:])
+        if cells[index] == "✓"
+    )
+    assert len(rows) == 2 + len(ALL_DTYPES), "docs/dtypes.md: run python docs/gen_dtype_table.py"
+    return held

@@ -31,6 +31,8 @@ def read(component: jax.Array) -> np.ndarray:
 def test_jax_x64_is_off_in_this_process(driver: JaxDriver) -> None:
     assert not jax.config.jax_enable_x64  # the refusals below assume JAX's default
     assert driver.supported_dtypes() == frozenset(HELD_WITHOUT_X64)
+    assert checks.documented_dtypes("JAX") == driver.supported_dtypes(), "run python docs/gen_dtype_table.py"
+    assert checks.documented_dtypes("JAX, x64 on") == frozenset(ALL_DTYPES)  # checked in the x64 subprocess below
 
 
 @pytest.mark.parametrize("name", HELD_WITHOUT_X64)

@@ -40,7 +40,7 @@ def test_dtypes_jax_cannot_hold_are_refused_typed(driver: JaxDriver, mesh42: Mes
     assert refused.value.feature == "dtype" and refused.value.driver == "jax"
 
 
-@pytest.mark.parametrize("dtype", [">f4", ">f8", ">i4", ">u2", ">c8"])
+@pytest.mark.parametrize("dtype", [">f4", ">i4", ">u2", ">c8", ">f2"])
 def test_big_endian_values_are_placed_with_the_same_numbers(driver: JaxDriver, mesh42: Mesh, dtype: str) -> None:
     x = (np.arange(16) * 3 + 1).astype(dtype).reshape(8, 2)
     layout = Layout(("x", "y"), mesh42)
@@ -94,3 +94,10 @@ def test_the_value_chooses_the_jax_driver(driver: JaxDriver, mesh42: Mesh) -> No
     assert lc.active_driver_name() == "numpy"
     assert lc.fetch_layout(t) == layout
     assert np.array_equal(lc.to_numpy(lc.relayout(t, Layout((None, "y"), mesh42))), np.ones((8, 2)))
+
+
+def test_big_endian_64_bit_values_are_refused_without_x64(driver: JaxDriver, mesh42: Mesh) -> None:
+    """JAX with jax_enable_x64 off would keep 32 bits of them (docs/dtypes.md)."""
+    x = (np.arange(16) * 3 + 1).astype(">f8").reshape(8, 2)
+    with pytest.raises(lc.UnsupportedLayoutError, match="float64"):
+        lc.distribute_tensor(x, Layout(("x", "y"), mesh42), driver="jax")

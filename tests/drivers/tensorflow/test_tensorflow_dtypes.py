@@ -34,6 +34,7 @@ def read(component: tf.Tensor) -> np.ndarray:
 
 def test_every_dtype_is_declared(driver: TensorFlowDriver) -> None:
     assert driver.supported_dtypes() == frozenset(ALL_DTYPES)
+    assert checks.documented_dtypes("TensorFlow") == driver.supported_dtypes(), "run python docs/gen_dtype_table.py"
 
 
 @pytest.mark.parametrize("name", ALL_DTYPES)

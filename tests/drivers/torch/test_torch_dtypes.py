@@ -41,6 +41,7 @@ def torch_driver() -> TorchDriver:
 
 def test_every_dtype_is_declared(torch_driver: TorchDriver) -> None:
     assert torch_driver.supported_dtypes() == frozenset(ALL_DTYPES)
+    assert checks.documented_dtypes("torch") == torch_driver.supported_dtypes(), "run python docs/gen_dtype_table.py"
 
 
 @pytest.mark.parametrize("name", ALL_DTYPES)
