@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from layoutcore import Capability, Layout, LayoutError, TensorSpec, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, TensorSpec, UnsupportedLayoutError
+from layoutcore.driver import Capability, Limitation
 
 from ._convert import from_jax_sharding, to_named_sharding
 
@@ -39,7 +40,7 @@ def to_shape_dtype_struct(spec: TensorSpec, *, axis_types: str = "auto") -> Any:
         raise UnsupportedLayoutError(
             f"JAX cannot hold shape {spec.shape} under {spec.layout}: an axis its shards do not divide evenly.",
             driver="jax",
-            feature=Capability.UNEVEN.value,
+            feature=Capability.UNEVEN,
             value=spec,
         )
     if spec.dtype in _WIDE and not jax.config.jax_enable_x64:
@@ -47,7 +48,7 @@ def to_shape_dtype_struct(spec: TensorSpec, *, axis_types: str = "auto") -> Any:
             f"JAX with jax_enable_x64 off would store {spec.dtype} in 32 bits; enable it with "
             'jax.config.update("jax_enable_x64", True) first.',
             driver="jax",
-            feature="dtype",
+            feature=Limitation.DTYPE,
             value=spec,
         )
     sharding = to_named_sharding(spec.layout, axis_types=axis_types)  # type: ignore[arg-type]
@@ -92,6 +93,6 @@ def orbax_restore_args(tree: Any) -> Any:
     ``PyTreeCheckpointer().restore(path, item=target, restore_args=orbax_restore_args(specs))``
     with ``target = to_restore_target(specs)``.
     """
-    from orbax.checkpoint import checkpoint_utils
+    from orbax.checkpoint import checkpoint_utils  # type: ignore[import-not-found]
 
     return checkpoint_utils.construct_restore_args(to_restore_target(tree))

@@ -20,7 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from layoutcore import Capability, Layout, LayoutError, Mesh, TensorSpec, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, Mesh, TensorSpec, UnsupportedLayoutError
+from layoutcore.driver import Capability, Limitation
 
 from . import _private
 from ._convert import layout_from_placements
@@ -63,7 +64,7 @@ def to_placements(spec: TensorSpec | Layout, *, shape: Sequence[int] | None = No
                 f"over mesh axes {layout.mesh_axes(dim)}; torch chunks each mesh axis in turn (nested), layoutcore "
                 "chunks the axis once over the product, and the blocks differ.",
                 driver="torch",
-                feature=Capability.UNEVEN_MULTI_AXIS.value,
+                feature=Capability.UNEVEN_MULTI_AXIS,
                 value=layout,
             )
         if list(indices) == sorted(indices):
@@ -98,12 +99,9 @@ def layout_from_torch(placements: Sequence[Any], mesh: Mesh, rank: int) -> Layou
         raise LayoutError(f"{len(placements)} placements for a {mesh.ndim}-D mesh {mesh}.", value=placements)
     plain = [p if not _private.is_strided_shard(p) else _as_shard(p) for p in placements]
     base = layout_from_placements(plain, mesh, rank)  # Partial/unknown refused here, dims checked
-    candidates = [
-        [base.axes[d]]
-        if not isinstance(base.axes[d], tuple)
-        else [tuple(p) for p in itertools.permutations(base.axes[d])]
-        for d in range(rank)
-    ]
+    candidates: list[list[Any]] = []
+    for entry in base.axes:
+        candidates.append([tuple(p) for p in itertools.permutations(entry)] if isinstance(entry, tuple) else [entry])
     for axes in itertools.product(*candidates):
         layout = Layout(list(axes), mesh)
         if _same(to_placements(layout), placements):
@@ -112,7 +110,7 @@ def layout_from_torch(placements: Sequence[Any], mesh: Mesh, rank: int) -> Layou
         f"torch placements {placements} on {mesh} are no order of their mesh axes (a _StridedShard split factor that "
         "no layoutcore layout has).",
         driver="torch",
-        feature=Capability.MULTI_AXIS_ANY_ORDER.value,
+        feature=Capability.MULTI_AXIS_ANY_ORDER,
         value=placements,
     )
 
@@ -140,7 +138,9 @@ def to_torch_dtype(name: str) -> Any:
 
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise UnsupportedLayoutError(f"torch has no dtype {name!r}", driver="torch", feature="dtype", value=name)
+        raise UnsupportedLayoutError(
+            f"torch has no dtype {name!r}", driver="torch", feature=Limitation.DTYPE, value=name
+        )
     return dtype
 
 

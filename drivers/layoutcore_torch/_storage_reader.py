@@ -57,7 +57,8 @@ def _tensors(path: str) -> dict[str, Any]:
 def _base() -> type:
     from torch.distributed.checkpoint import StorageReader
 
-    return StorageReader
+    base: type = StorageReader
+    return base
 
 
 class LayoutcoreStorageReader(_base()):  # type: ignore[misc]
@@ -124,7 +125,7 @@ class LayoutcoreStorageReader(_base()):  # type: ignore[misc]
 
         table = self._table()
         for req in plan.items:
-            shape, dtype, read = table[req.storage_index.fqn]
+            _, dtype, read = table[req.storage_index.fqn]
             box = (tuple(int(o) for o in req.storage_offsets), tuple(int(n) for n in req.lengths))
             block = read(box)
             self.bytes_read += block.nbytes

@@ -29,7 +29,7 @@ def st_file(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
 def test_inspect_foreign_json_and_table(
     st_file: tuple[Path, dict[str, np.ndarray]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    file, arrays = st_file
+    file, _ = st_file
     assert main(["checkpoint", "inspect", str(file), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "safetensors"

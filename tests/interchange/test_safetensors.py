@@ -123,12 +123,12 @@ def test_truncated_header(tmp_path: Path, single: Path) -> None:
     data = single.read_bytes()
     bad = tmp_path / "trunc.safetensors"
     bad.write_bytes(data[:20])
-    with pytest.raises(lc.CheckpointError, match="trunc.safetensors") as err:
+    with pytest.raises(lc.CheckpointError, match=r"trunc\.safetensors") as err:
         F.open_foreign(bad)
     assert err.value.file == str(bad)
     tiny = tmp_path / "tiny.safetensors"
     tiny.write_bytes(b"\x01\x02")
-    with pytest.raises(lc.CheckpointError, match="tiny.safetensors"):
+    with pytest.raises(lc.CheckpointError, match=r"tiny\.safetensors"):
         F.open_foreign(tiny)
 
 
@@ -141,12 +141,12 @@ def test_offsets_beyond_file(tmp_path: Path, single: Path) -> None:
     text = json.dumps(header).encode()
     bad = tmp_path / "beyond.safetensors"
     bad.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n :])
-    with pytest.raises(lc.CheckpointError, match="beyond.safetensors.*model.ids"):
+    with pytest.raises(lc.CheckpointError, match=r"beyond\.safetensors.*model\.ids"):
         F.open_foreign(bad)
     # file cut short after a valid header: the last tensor's range lies past the end
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(data[:-3])
-    with pytest.raises(lc.CheckpointError, match="cut.safetensors"):
+    with pytest.raises(lc.CheckpointError, match=r"cut\.safetensors"):
         F.open_foreign(cut)
 
 
@@ -158,7 +158,7 @@ def test_unknown_dtype_and_garbage_json(tmp_path: Path) -> None:
         F.open_foreign(bad)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(struct.pack("<Q", 4) + b"{{{{")
-    with pytest.raises(lc.CheckpointError, match="junk.safetensors"):
+    with pytest.raises(lc.CheckpointError, match=r"junk\.safetensors"):
         F.open_foreign(junk)
 
 
@@ -191,7 +191,7 @@ def test_sharded_index(tmp_path: Path) -> None:
     with pytest.raises(lc.CheckpointError, match="model-00002-of-00002"):
         F.open_foreign(d)
     (d / "model.safetensors.index.json").write_text("[1, 2]")
-    with pytest.raises(lc.CheckpointError, match="index.json"):
+    with pytest.raises(lc.CheckpointError, match=r"index\.json"):
         F.open_foreign(d)
 
 

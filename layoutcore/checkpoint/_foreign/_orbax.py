@@ -238,9 +238,10 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
             raise checkpoint_error(
                 f"{path}: cannot open the stored array {key!r} ({err})", file=str(path / key)
             ) from None
-        shape = tuple(int(s) for s in store.shape)
+        shape: tuple[int, ...] = tuple(int(s) for s in store.shape)
         dtype = dtype_name(store.dtype.numpy_dtype)
-        chunk = tuple(int(c) for c in (store.chunk_layout.read_chunk.shape or shape))
+        read_chunk: Any = store.chunk_layout.read_chunk.shape
+        chunk = tuple(int(c) for c in (read_chunk or shape))
         if kind == "jax.Array":
             if shardings is None:
                 raise checkpoint_error(

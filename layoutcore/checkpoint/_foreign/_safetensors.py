@@ -162,6 +162,7 @@ def open_safetensors(path: Path) -> ForeignCheckpoint:
             path = singles[0]
     elif path.name.endswith(".index.json"):
         index = path
+    files: tuple[str, ...]
     if index is None:
         tensors, meta = _tensors_of(path, None)
         files = (str(path.resolve()),)

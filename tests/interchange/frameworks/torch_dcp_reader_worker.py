@@ -56,7 +56,7 @@ for p, (m, pl) in placements.items():
         node = node[k]
     local = node.to_local()
     shape, offset = compute_local_shape_and_global_offset(g[p].shape, m, pl)
-    want = np.ascontiguousarray(g[p][tuple(slice(o, o + s) for o, s in zip(offset, shape))])
+    want = np.ascontiguousarray(g[p][tuple(slice(o, o + s) for o, s in zip(offset, shape, strict=True))])
     got = local.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     assert tuple(local.shape) == want.shape and got == want.tobytes(), (rank, p)
 total = sum(a.nbytes for a in g.values())
