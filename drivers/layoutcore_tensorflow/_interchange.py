@@ -31,7 +31,7 @@ def to_tf_layout(spec: TensorSpec | Layout) -> Any:
                 f"TF DTensor cannot express {layout}: tensor axis {dim} is split over mesh axes {names}; TF layouts "
                 "name one mesh axis per tensor axis.",
                 driver="tensorflow",
-                feature=Capability.MULTI_AXIS.value,
+                feature=Capability.MULTI_AXIS,
                 value=layout,
             )
     return to_tensorflow_layout(layout)
