@@ -7,6 +7,7 @@ can type its ``feature`` with both enums. Driver authors import them from :mod:`
 from __future__ import annotations
 
 import enum
+from typing import TypeAlias
 
 __all__ = ["Capability", "Feature", "Limitation"]
 
@@ -31,7 +32,7 @@ class Capability(enum.StrEnum):
     RELAYOUT_ACROSS_MESHES = "relayout_across_meshes"
     #: Values inside the framework's compiler (``jax.jit`` tracers, ``tf.function`` graph tensors,
     #: ``torch.compile`` fakes): ``distribute_tensor``/``relayout`` apply the layout as a sharding
-    #: constraint and ``fetch_layout`` reads it where the framework knows it (DESIGN §2a).
+    #: constraint and ``fetch_layout`` reads it where the framework knows it (docs/design.md#data-functions-made-precise).
     TRACED = "traced"
     #: ``relayout`` of a distributed (not traced) value moves exactly ``relayout_plan``'s
     #: ``floor_bytes`` between devices, counted by the conformance suite (``test_relayout_floor``).
@@ -42,28 +43,36 @@ class Limitation(enum.StrEnum):
     """A refusal that no capability declaration lifts: what ``UnsupportedLayoutError.feature`` holds
     when the missing thing is not a :class:`Capability`.
 
-    Callers branch on it (``err.feature is Limitation.DTYPE``); ``docs/errors.md`` lists every member.
+    Callers branch on it (``err.feature is Limitation.DTYPE``); the message names the offending
+    value (the dtype, the operation, the placement). ``docs/errors.md`` lists every member.
     """
 
     #: A dtype the framework (or its current configuration, e.g. JAX without ``jax_enable_x64``) lacks.
     DTYPE = "dtype"
-    #: An operation the driver's SPMD engine or ``layoutcore.propagation`` does not implement.
+    #: An operation that ``layoutcore.propagation`` or the NumPy driver's SPMD engine does not implement
+    #: (the message names it: ``np.sort``, ``einsum`` with a repeated label, ...).
     OPERATION = "operation"
-    #: A framework backend (keras 3 ``KERAS_BACKEND``) that the bridge cannot carry a layout to.
+    #: A keras 3 backend (``KERAS_BACKEND``) that layoutcore.keras cannot carry a layout to.
     BACKEND = "backend"
-    #: keras 3 objects on a driver whose integration serves another keras (tf-keras).
+    #: keras 3 objects on a driver whose keras integration serves tf-keras.
     KERAS3 = "keras3"
-    #: A native layout that has no layoutcore form (a torch ``Partial`` placement, a custom placement).
+    #: A torch ``Partial`` placement (a pending reduction): no layout says where its sum lives.
+    PARTIAL = "partial"
+    #: A framework placement that has no layoutcore form (a custom torch ``Placement`` subclass).
     PLACEMENT = "placement"
-    #: A native mesh whose devices are not in the row-major order layoutcore's mesh names.
+    #: A native mesh whose devices are not in the row-major order of any layoutcore mesh.
     PERMUTED_DEVICES = "permuted_devices"
-    #: A torch op on simulated distributed tensors outside ``layoutcore_torch.spmd``.
+    #: A torch op on simulated distributed tensors outside ``layoutcore_torch.spmd`` (it would run as rank 0).
     OUTSIDE_SPMD = "outside_spmd"
-    #: A model structure the module integration cannot lay out (a fused QKV projection, ...).
-    MODEL_STRUCTURE = "model_structure"
-    #: A multi-axis entry that a format's single-axis form cannot write (TF's ``sharding_specs``).
-    MULTI_AXIS_FORM = "multi_axis_form"
+    #: A write that would reach only one rank of a tensor shared by every simulated rank.
+    PER_RANK_WRITE = "per_rank_write"
+    #: A replicated parameter whose gradients differ per rank (they would be averaged silently).
+    PER_RANK_GRADIENTS = "per_rank_gradients"
+    #: A fused query/key/value projection, whose column blocks a tensor-parallel split would mix.
+    FUSED_QKV_PROJECTION = "fused_qkv_projection"
+    #: A vocabulary-sharded embedding under the torch simulation (its local lookups need real ranks).
+    SIMULATED_VOCAB_SHARDING = "simulated_vocab_sharding"
 
 
 #: What ``UnsupportedLayoutError.feature`` holds.
-Feature = Capability | Limitation
+Feature: TypeAlias = Capability | Limitation

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._capabilities import Capability, Feature, Limitation
+
 __all__ = [
     "AmbiguousLayoutError",
     "CheckpointError",
@@ -76,13 +78,31 @@ class UnsupportedLayoutError(LayoutcoreError, NotImplementedError):
 
     Attributes:
         driver: the driver's name.
-        feature: the missing capability, e.g. ``"uneven"``.
+        feature: what is missing: a :class:`~layoutcore.driver.Capability` the driver does not declare
+            (``Capability.UNEVEN``), or a :class:`~layoutcore.driver.Limitation` no capability lifts
+            (``Limitation.DTYPE``). Both are ``StrEnum`` members, equal to their string values
+            (``err.feature == "uneven"``); ``docs/errors.md`` lists them all.
+
+    Raises:
+        TypeError: ``feature`` is neither a member nor the value of one (at construction).
     """
 
-    def __init__(self, message: str, *, driver: str, feature: str, value: Any = _NO_VALUE) -> None:
+    def __init__(self, message: str, *, driver: str, feature: Feature, value: Any = _NO_VALUE) -> None:
         super().__init__(message, value=value)
         self.driver = driver
-        self.feature = feature
+        self.feature: Feature = _feature(feature)
+
+
+def _feature(feature: object) -> Feature:
+    if isinstance(feature, (Capability, Limitation)):
+        return feature
+    for kind in (Capability, Limitation):
+        if isinstance(feature, str) and feature in kind._value2member_map_:
+            return kind(feature)
+    raise TypeError(
+        f"UnsupportedLayoutError(feature=...) takes a Capability or a Limitation member (layoutcore.driver); "
+        f"received {feature!r}. Add a Limitation member for a new kind of refusal."
+    )
 
 
 class NotDistributedError(LayoutcoreError, TypeError):

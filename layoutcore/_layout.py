@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from . import geometry
+from ._capabilities import Capability
 from ._checks import MAX_RANK, check_listed, checked_int, int_sequence, short_repr
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._mesh import Mesh
@@ -174,7 +175,7 @@ class Layout:
                     f"Tensor axis {dim} is split over several mesh axes {entry}, which TF DTensor's "
                     f"sharding_specs cannot express. Layout: {self!r}",
                     driver="tensorflow",
-                    feature="multi_axis",
+                    feature=Capability.MULTI_AXIS,
                     value=self,
                 )
             specs.append(UNSHARDED if entry is None else entry)

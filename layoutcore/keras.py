@@ -26,6 +26,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._capabilities import Capability, Limitation
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._layout import Layout
 from ._layout_map import LayoutMap
@@ -62,7 +63,7 @@ def _backend_driver(what: str) -> Any:
             f"{what} needs a keras backend with distribution support (jax; tensorflow for values only); "
             f"keras runs on {backend!r}. Set KERAS_BACKEND=jax before importing keras.",
             driver="keras",
-            feature=f"backend:{backend}",
+            feature=Limitation.BACKEND,
             value=backend,
         )
     return get_driver(name)
@@ -114,7 +115,7 @@ def _axes_for_keras(layout: Layout, what: str) -> tuple[str | None, ...]:
             f"{what}: keras' TensorLayout cannot split one tensor axis over several mesh axes; {layout} splits "
             f"axis {dim} over {axis}. Use layoutcore.keras.ModelParallel (JAX backend), which can.",
             driver="keras",
-            feature="multi_axis",
+            feature=Capability.MULTI_AXIS,
             value=layout,
         )
     return layout.axes  # type: ignore[return-value]
@@ -262,7 +263,7 @@ def _model_parallel_class() -> type:
                     f"{backend!r} (its TensorFlow distribution is a prototype, torch has none). "
                     "Set KERAS_BACKEND=jax before importing keras.",
                     driver="keras",
-                    feature=f"backend:{backend}",
+                    feature=Limitation.BACKEND,
                     value=backend,
                 )
             mesh = layout_map.mesh

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._capabilities import Limitation
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._layout import AxisSpec, Layout, _names
 from ._mesh import Mesh
@@ -85,7 +86,7 @@ class Contraction:
 
 
 def _unsupported(operation: str, message: str, value: Any) -> UnsupportedLayoutError:
-    return UnsupportedLayoutError(f"{operation}: {message}", driver=_WHO, feature=operation, value=value)
+    return UnsupportedLayoutError(f"{operation}: {message}", driver=_WHO, feature=Limitation.OPERATION, value=value)
 
 
 def _check_layouts(operation: str, layouts: Sequence[Any]) -> tuple[Layout, ...]:

@@ -150,7 +150,7 @@ def test_mesh_tables_stay_bounded_over_thousands_of_meshes(driver: ConcreteOnlyD
 def test_forget_meshes_drops_every_binding(driver: ConcreteOnlyDriver) -> None:
     driver.bind_mesh(lc.Mesh((2,), ("x",)))
     driver.forget_meshes()
-    assert driver._lc_bound == {} and driver._lc_origin == {}
+    assert len(driver._lc_bound) == 0 and len(driver._lc_origin) == 0
 
 
 # -- records are checked against the native truth ---------------------------------------------------------

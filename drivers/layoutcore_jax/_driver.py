@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import math
 import weakref
 from collections.abc import Callable, Hashable, Sequence
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, as_bits, dtype_name
+from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, dtype_name
 
 from . import _relayout
 from ._convert import (
@@ -110,16 +109,6 @@ def _short(value: Any) -> str:
 _CACHE_SIZE = 1024
 
 
-class _BoundedCache(collections.OrderedDict[Hashable, Any]):
-    """A small LRU dict: conversions are cached on hashable values without growing forever."""
-
-    def put(self, key: Hashable, value: Any) -> Any:
-        self[key] = value
-        if len(self) > _CACHE_SIZE:
-            self.popitem(last=False)
-        return value
-
-
 class JaxDriver(Driver):
     """layoutcore on ``jax.sharding``: a :class:`~layoutcore.Mesh` is a ``jax.sharding.Mesh``
     over the same devices in row-major order, a :class:`~layoutcore.Layout` is a
@@ -184,11 +173,11 @@ class JaxDriver(Driver):
         if self._multiprocess:  # across processes relayout keeps device_put (_relayout's docstring)
             self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}
         self._process_index = jax.process_index()
-        self._shardings = _BoundedCache()  # Layout -> NamedSharding
-        self._mesh_order = _BoundedCache()  # jax.sharding.Mesh -> its devices, flat
-        self._fetched = _BoundedCache()
+        self._shardings = LRUCache[Any, Any](_CACHE_SIZE)  # Layout -> NamedSharding
+        self._mesh_order = LRUCache[Any, Any](_CACHE_SIZE)  # jax.sharding.Mesh -> its devices, flat
+        self._fetched = LRUCache[Any, Any](_CACHE_SIZE)
         self._local: dict[tuple[str, ...], tuple[int, ...]] = {}
-        self._compiled = _BoundedCache()
+        self._compiled = LRUCache[Any, Any](_CACHE_SIZE)
         # Layouts this driver applied to tracers (the front-end keeps no records for traced values).
         self._traced: dict[int, tuple[weakref.ref[Any], Layout]] = {}
 
@@ -248,7 +237,7 @@ class JaxDriver(Driver):
                     "(layoutcore_jax.to_jax_mesh(mesh, axis_types='explicit')), or pass it an input laid out on "
                     "that mesh.",
                     driver=self.name,
-                    feature="traced",
+                    feature=Capability.TRACED,
                     value=layout,
                 )
             out = jax.sharding.reshard(value, sharding)
@@ -407,7 +396,7 @@ class JaxDriver(Driver):
             "mesh axes the compiler chooses it. fetch_layout inside jax.jit answers for values laid out there by "
             "distribute_tensor/relayout/call_with_layout, or on a driver with axis_types='explicit'.",
             driver=self.name,
-            feature="traced",
+            feature=Capability.TRACED,
             value=tensor,
         )
 

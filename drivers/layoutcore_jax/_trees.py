@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import sys
 from collections.abc import Callable, Hashable
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layoutcore import Layout, LayoutError, LayoutMap, get_driver
+from layoutcore.driver import LRUCache
 
 if TYPE_CHECKING:
     from ._driver import JaxDriver
@@ -39,8 +39,7 @@ def _key_name(key: Any) -> str:
 #: (treedef, separator) -> paths. jax's flatten_with_path costs ~100x a plain flatten (jax 0.10.2), and a
 #: treedef fixes its key paths (keys live in the treedef: dict keys, node aux data), so a training loop
 #: that asks for the same structure again pays only the plain flatten.
-_PATHS: collections.OrderedDict[Hashable, tuple[str, ...]] = collections.OrderedDict()
-_PATHS_SIZE = 256
+_PATHS: LRUCache[Hashable, tuple[str, ...]] = LRUCache(256)
 
 
 def _nnx_variable_leaf() -> Callable[[Any], bool] | None:
@@ -87,9 +86,7 @@ def tree_paths(tree: Any, *, separator: str = "/") -> tuple[list[tuple[str, Any]
         with_path, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
         paths = tuple(separator.join(_key_name(k) for k in path) for path, _ in with_path)
         if key is not None:
-            _PATHS[key] = paths
-            if len(_PATHS) > _PATHS_SIZE:
-                _PATHS.popitem(last=False)
+            _PATHS.put(key, paths)
     return list(zip(paths, leaves, strict=True)), treedef
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from layoutcore import Layout, LayoutcoreError, LayoutError, Mesh, get_driver
+from layoutcore.driver import LRUCache
 
 from ._runtime import canonical_names, configure_cpu_devices, full_name, global_device_names, tf_modules
 
@@ -48,7 +49,7 @@ _lock = threading.Lock()
 #: distinct meshes ended in ``pthread_create() failed`` and an abort. Past this bound (about 4 000
 #: threads) :func:`native_mesh` raises :class:`MeshLimitError` instead.
 MAX_NATIVE_MESHES = 256
-#: Bound of the (recomputable) layout conversion caches, in entries; a full cache is cleared.
+#: Bound of the (recomputable) layout conversion caches, in entries (least recently used out first).
 _LAYOUT_CACHE_SIZE = 4096
 
 # The TF identity of a mesh (axis names, shape, name, bound devices) -> dtensor.Mesh. Meshes that
@@ -56,10 +57,10 @@ _LAYOUT_CACHE_SIZE = 4096
 # Never evicted: TF keeps each native mesh's threads anyway.
 _native_meshes: dict[tuple[tuple[str, ...], tuple[int, ...], str, tuple[str, ...]], Any] = {}
 # (layout, bound devices) -> dtensor.Layout.
-_native_layouts: dict[tuple[Layout, tuple[str, ...]], Any] = {}
+_native_layouts: LRUCache[tuple[Layout, tuple[str, ...]], Any] = LRUCache(_LAYOUT_CACHE_SIZE)
 # dtensor.Layout.to_string() -> concrete layoutcore Layout. TF's own __hash__ serialises a
 # proto (~12 us); its string is built in C++ (~2 us), so the string is the key.
-_from_native: dict[str, Layout] = {}
+_from_native: LRUCache[str, Layout] = LRUCache(_LAYOUT_CACHE_SIZE)
 
 
 class MeshLimitError(LayoutcoreError, RuntimeError):
@@ -120,13 +121,8 @@ def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str
     mesh: Mesh = layout.mesh  # type: ignore[assignment]
     native = dtensor.Layout(layout.sharding_specs, native_mesh(mesh, devices, local))
     concrete = layout if mesh.devices == devices else layout.with_mesh(mesh.with_devices(devices))
-    with _lock:
-        if len(_native_layouts) >= _LAYOUT_CACHE_SIZE:
-            _native_layouts.clear()
-        if len(_from_native) >= _LAYOUT_CACHE_SIZE:
-            _from_native.clear()
-        _from_native.setdefault(native.to_string(), concrete)
-        return _native_layouts.setdefault(key, native)
+    _from_native.setdefault(native.to_string(), concrete)
+    return _native_layouts.setdefault(key, native)
 
 
 def _bind(mesh: Mesh) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -249,10 +245,7 @@ def from_tensorflow_layout(native: Any) -> Layout:
     if dtensor.MATCH in specs:
         raise LayoutError(f"TF's {dtensor.MATCH!r} placeholder is not a layout. Received: {text!r}", value=native)
     layout = Layout(specs, from_tensorflow_mesh(native.mesh))
-    with _lock:
-        if len(_from_native) >= _LAYOUT_CACHE_SIZE:
-            _from_native.clear()
-        return _from_native.setdefault(text, layout)
+    return _from_native.setdefault(text, layout)
 
 
 # -- the seed's binary forms -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver, Limitation, as_bits, numpy_dtype
+from layoutcore.driver import Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
 
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
@@ -107,10 +107,12 @@ class TensorFlowDriver(Driver):
         #: This client's devices (all of them in a single-client process).
         self.local_devices: frozenset[str] = local
         self._multi_client = len(local) != len(devices)
-        self._positions: dict[tuple[str, ...], tuple[int, ...]] = {}
-        self._replicated: dict[tuple[tuple[str, ...], tuple[int, ...], str, int, tuple[str, ...]], Any] = {}
+        self._positions: LRUCache[tuple[str, ...], tuple[int, ...]] = LRUCache(_TABLE_SIZE)
+        self._replicated: LRUCache[tuple[tuple[str, ...], tuple[int, ...], str, int, tuple[str, ...]], Any] = LRUCache(
+            _TABLE_SIZE
+        )
         self._wrapped: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-        self._wrapped_strong: dict[Any, Any] = {}
+        self._wrapped_strong: LRUCache[Any, Any] = LRUCache(_TABLE_SIZE)
         self._fn_lock = threading.Lock()
         #: Held around every DTensor call (see the class docstring and :func:`_serialized`).
         self._tf_lock = threading.RLock()
@@ -144,11 +146,7 @@ class TensorFlowDriver(Driver):
         try:
             return self._positions[devices]
         except KeyError:
-            positions = tuple(p for p, d in enumerate(devices) if d in self.local_devices)
-            if len(self._positions) >= _TABLE_SIZE:
-                self._positions.clear()
-            self._positions[devices] = positions
-            return positions
+            return self._positions.put(devices, tuple(p for p, d in enumerate(devices) if d in self.local_devices))
 
     def _native(self, layout: Layout, devices: tuple[str, ...]) -> Any:
         if self._multi_client and devices != self._devices:
@@ -166,11 +164,7 @@ class TensorFlowDriver(Driver):
         try:
             return self._replicated[key]
         except KeyError:
-            native = self._native(Layout.replicated(mesh, rank), devices)
-            if len(self._replicated) >= _TABLE_SIZE:
-                self._replicated.clear()
-            self._replicated[key] = native
-            return native
+            return self._replicated.put(key, self._native(Layout.replicated(mesh, rank), devices))
 
     # -- tensors ------------------------------------------------------------------------------
     def is_distributed(self, value: Any) -> bool:
@@ -215,7 +209,7 @@ class TensorFlowDriver(Driver):
                 f"A tensor of unknown rank inside tf.function has no layout to check: {value!r}. Give the "
                 "tf.function an input_signature with known ranks.",
                 driver=self.name,
-                feature=Capability.TRACED.value,
+                feature=Capability.TRACED,
                 value=value,
             )
         return tuple(0 if s is None else int(s) for s in shape)
@@ -277,7 +271,7 @@ class TensorFlowDriver(Driver):
                     f"Inside tf.function the tensorflow driver relayouts within one mesh only (DTensor's Relayout op); "
                     f"{tensor!r} is on another mesh than {layout}. Move it between meshes outside the function.",
                     driver=self.name,
-                    feature=Capability.TRACED.value,
+                    feature=Capability.TRACED,
                     value=layout,
                 )
             return self._graph_relayout(tensor, native)
@@ -391,7 +385,7 @@ class TensorFlowDriver(Driver):
                     f"the function, so it is not known while tracing ({tensor!r}). Give the tensor its layout inside "
                     "the function with layoutcore.relayout (a DTensor Relayout op), or ask outside the function.",
                     driver=self.name,
-                    feature=Capability.TRACED.value,
+                    feature=Capability.TRACED,
                     value=tensor,
                 )
             return from_tensorflow_layout(self._dtensor.Layout.from_string(known))
@@ -499,9 +493,7 @@ class TensorFlowDriver(Driver):
                     return tf.function(fn, autograph=False)
             if found is None:
                 found = tf.function(fn, autograph=False)
-                if cache is self._wrapped_strong and len(cache) >= _TABLE_SIZE:
-                    cache.clear()  # functions that live forever (builtins): a bounded set, not a growing one
-                cache[fn] = found
+                cache[fn] = found  # _wrapped_strong (builtins, which live forever) is bounded: an LRU
             return found
 
     # -- variables: dtensor.DVariable ---------------------------------------------------------

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from layoutcore import DriverUnavailableError, Layout, LayoutError, LayoutMap, UnsupportedLayoutError
+from layoutcore.driver import Limitation
 
 from ._convert import to_tensorflow_layout, to_tensorflow_mesh
 
@@ -66,7 +67,7 @@ def _tf_keras_scope(driver: TensorFlowDriver, view: Any) -> Iterator[None]:
                 "TensorFlow; build the model with tf-keras (TF_USE_LEGACY_KERAS=1 makes tf.keras tf-keras), or use "
                 "keras 3 on JAX with layoutcore.keras.ModelParallel.",
                 driver=driver.name,
-                feature="keras3",
+                feature=Limitation.KERAS3,
             )
         return next_creator(**kwargs)
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, numpy_dtype
+from layoutcore.driver import Capability, Limitation, LRUCache, numpy_dtype
 
 from . import _private
 from ._mode import ProcessGroupMode, simulated_ranks
@@ -45,42 +43,6 @@ __all__ = [
 #: How many Mesh -> DeviceMesh conversions (and rank grids) the driver keeps.
 MAX_MESHES = 256
 
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _Bounded(Generic[_K, _V]):
-    """A thread-safe least-recently-used dict of at most ``size`` entries."""
-
-    __slots__ = ("_data", "_lock", "_size")
-
-    def __init__(self, size: int) -> None:
-        self._data: OrderedDict[_K, _V] = OrderedDict()
-        self._lock = threading.Lock()
-        self._size = size
-
-    def get(self, key: _K) -> _V | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def setdefault(self, key: _K, value: _V) -> _V:
-        with self._lock:
-            kept = self._data.setdefault(key, value)
-            self._data.move_to_end(key)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-            return kept
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
 
 class MeshTable:
     """``DeviceMesh`` of each ``Mesh`` in the current world, and the way back.
@@ -95,14 +57,14 @@ class MeshTable:
     def __init__(self, mode: ProcessGroupMode, bind_mesh: Callable[[Mesh], tuple[str, ...]]) -> None:
         self._mode = mode
         self._bind = bind_mesh
-        self._meshes: _Bounded[Mesh, Any] = _Bounded(MAX_MESHES)
-        self._grids: _Bounded[tuple[tuple[int, ...], tuple[int, ...]], list[Any]] = _Bounded(MAX_MESHES)
+        self._meshes: LRUCache[Mesh, Any] = LRUCache(MAX_MESHES)
+        self._grids: LRUCache[tuple[tuple[int, ...], tuple[int, ...]], list[Any]] = LRUCache(MAX_MESHES)
         # DeviceMesh -> concrete Mesh, by torch equality (same ranks and names): for an equal DeviceMesh that
         # torch's sharding-propagation caches handed a DTensor in place of ours.
-        self._by_eq: _Bounded[Any, Mesh] = _Bounded(MAX_MESHES)
+        self._by_eq: LRUCache[Any, Mesh] = LRUCache(MAX_MESHES)
         # id(DeviceMesh) -> (the DeviceMesh, the Mesh the user gave, its concrete binding), for the ones made here
         # (a table, not an attribute on the DeviceMesh: torch.compile treats DeviceMesh as an opaque object).
-        self._by_id: _Bounded[int, tuple[Any, Mesh, Mesh]] = _Bounded(MAX_MESHES)
+        self._by_id: LRUCache[int, tuple[Any, Mesh, Mesh]] = LRUCache(MAX_MESHES)
         self._made = 0  # DeviceMeshes made; every MAX_MESHES of them, torch's sharding caches are emptied
 
     def clear(self) -> None:
@@ -134,7 +96,7 @@ class MeshTable:
                 "data on such a DeviceMesh, so the torch driver needs a mesh whose devices are in ascending rank "
                 "order.",
                 driver="torch",
-                feature="permuted_devices",
+                feature=Limitation.PERMUTED_DEVICES,
                 value=mesh,
             )
         import torch
@@ -214,7 +176,7 @@ def placements(layout: Layout) -> tuple[Any, ...]:
                 f"{layout.mesh_axes(dim)} out of the mesh's order {mesh.axis_names} (it would need the "
                 "private _StridedShard).",
                 driver="torch",
-                feature=Capability.MULTI_AXIS_ANY_ORDER.value,
+                feature=Capability.MULTI_AXIS_ANY_ORDER,
                 value=layout,
             )
         for index in indices:
@@ -244,7 +206,7 @@ def layout_from_placements(placements: Sequence[Any], mesh: Mesh, rank: int) -> 
                 f"Placement {placement!r} on mesh axis {axis_name!r} is a pending reduction; layoutcore layouts have "
                 "no Partial. relayout() the tensor (or assign it to a Variable) to reduce it into a layout.",
                 driver="torch",
-                feature="partial",
+                feature=Limitation.PARTIAL,
                 value=placements,
             )
         if _private.is_strided_shard(placement):
@@ -252,7 +214,7 @@ def layout_from_placements(placements: Sequence[Any], mesh: Mesh, rank: int) -> 
                 f"Placement {placement!r} on mesh axis {axis_name!r} is torch's private _StridedShard, which "
                 "layoutcore's torch driver does not map to a Layout.",
                 driver="torch",
-                feature=Capability.MULTI_AXIS_ANY_ORDER.value,
+                feature=Capability.MULTI_AXIS_ANY_ORDER,
                 value=placements,
             )
         if isinstance(placement, Shard):
@@ -267,7 +229,7 @@ def layout_from_placements(placements: Sequence[Any], mesh: Mesh, rank: int) -> 
             raise UnsupportedLayoutError(
                 f"Unknown placement {placement!r} on mesh axis {axis_name!r}.",
                 driver="torch",
-                feature=type(placement).__name__,
+                feature=Limitation.PLACEMENT,
                 value=placements,
             )
     return Layout([tuple(e) if e else None for e in entries], mesh)

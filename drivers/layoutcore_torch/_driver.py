@@ -333,7 +333,7 @@ class TorchDriver(Driver):
                 f"{type(value).__module__}.{type(value).__qualname__}); call layoutcore outside the compiled "
                 "function, and DTensor.redistribute inside it (capability 'traced' not supported by torch).",
                 driver=self.name,
-                feature=Capability.TRACED.value,
+                feature=Capability.TRACED,
                 value=value,
             )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layoutcore import UnsupportedLayoutError
-from layoutcore.driver import CPU_DEVICES_ENV, cpu_device_count
+from layoutcore.driver import CPU_DEVICES_ENV, Limitation, cpu_device_count
 
 from . import _private
 

@@ -20,9 +20,11 @@ before any parameter is replaced (measured on torch 2.13; never silently replica
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from layoutcore import Layout, LayoutError, LayoutMap, UnsupportedLayoutError, get_driver
+from layoutcore.driver import Limitation
+from layoutcore.geometry import chunk_size
 
 __all__ = ["ModuleLayouts", "distribute_module", "distribute_module_parameters"]
 
@@ -279,7 +281,7 @@ def _refuse_what_torch_cannot_shard(driver: Any, owner: Any, local_name: str, na
             f"{layout}: its output is unflattened to (3, embed_dim), which DTensor's sharding propagation refuses. "
             "Keep it replicated, or shard axis 1, out_proj or the feed-forward layers.",
             driver="torch",
-            feature="fused_qkv_projection",
+            feature=Limitation.FUSED_QKV_PROJECTION,
             value=layout,
         )
     if isinstance(owner, torch.nn.Embedding) and local_name == "weight" and _simulated(driver):
@@ -288,7 +290,7 @@ def _refuse_what_torch_cannot_shard(driver: Any, owner: Any, local_name: str, na
             f"vocabulary axis) sharded by {layout}: torch 2.13's backward fails under LocalTensorMode. Shard its "
             "axis 1, or run on a real process group, where this works.",
             driver="torch",
-            feature="simulated_vocab_sharding",
+            feature=Limitation.SIMULATED_VOCAB_SHARDING,
             value=layout,
         )
 

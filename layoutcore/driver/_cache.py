@@ -27,8 +27,7 @@ class LRUCache(Generic[K, V]):
 
     Example:
         >>> cache: LRUCache[str, int] = LRUCache(2)
-        >>> cache.put("a", 1); cache.put("b", 2); cache.get("a"); cache.put("c", 3)
-        1
+        >>> _ = cache.put("a", 1), cache.put("b", 2), cache.get("a"), cache.put("c", 3)
         >>> sorted(cache.keys())
         ['a', 'c']
 
@@ -54,13 +53,38 @@ class LRUCache(Generic[K, V]):
             self._data.move_to_end(key)
             return value  # type: ignore[return-value]  # not _MISSING: a V
 
-    def put(self, key: K, value: V) -> None:
-        """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``."""
+    def put(self, key: K, value: V) -> V:
+        """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``;
+        returns ``value``."""
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
             if len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
+        return value
+
+    def setdefault(self, key: K, value: V) -> V:
+        """The value cached for ``key`` (now the most recent), else ``value``, cached."""
+        with self._lock:
+            kept = self._data.setdefault(key, value)
+            self._data.move_to_end(key)
+            if len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+            return kept
+
+    def __getitem__(self, key: K) -> V:
+        """The value cached for ``key`` (now the most recent).
+
+        Raises:
+            KeyError: nothing is cached for ``key``.
+        """
+        with self._lock:
+            value = self._data[key]
+            self._data.move_to_end(key)
+            return value
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.put(key, value)
 
     def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
         """The cached value for ``key``, computing and caching it on a miss.

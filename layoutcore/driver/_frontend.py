@@ -43,6 +43,7 @@ from .._dtypes import dtype_name as _canonical_dtype_name
 from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
 from .._layout import Layout
 from .._mesh import Mesh
+from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._hooks import DriverHooks
 
@@ -75,8 +76,8 @@ class Driver(DriverHooks):
     """
 
     _lc_lock: threading.RLock
-    _lc_bound: dict[Mesh, tuple[str, ...]]
-    _lc_origin: dict[Mesh, Mesh]
+    _lc_bound: LRUCache[Mesh, tuple[str, ...]]
+    _lc_origin: LRUCache[Mesh, Mesh]
     _lc_records: dict[int, tuple[weakref.ref[Any], Layout]]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Driver:
@@ -85,8 +86,8 @@ class Driver(DriverHooks):
         # collide with a driver's own attributes.
         self = super().__new__(cls)
         self._lc_lock = threading.RLock()
-        self._lc_bound = {}
-        self._lc_origin = {}
+        self._lc_bound = LRUCache(MESH_TABLE_SIZE)
+        self._lc_origin = LRUCache(MESH_TABLE_SIZE)
         self._lc_records = {}
         return self
 
@@ -95,10 +96,13 @@ class Driver(DriverHooks):
 
     #: Whether the class overrides ``is_traced`` (set per class): the hot path skips the call otherwise.
     _lc_traces: ClassVar[bool] = False
+    #: Whether the class overrides ``native_call_with_layout`` (set per class): else the front-end runs ``fn``.
+    _lc_own_call: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._lc_traces = cls.is_traced is not DriverHooks.is_traced
+        cls._lc_own_call = cls.native_call_with_layout is not DriverHooks.native_call_with_layout
         overridden = sorted(_FINAL_METHODS.intersection(vars(cls)))
         if overridden:
             raise TypeError(
@@ -144,14 +148,8 @@ class Driver(DriverHooks):
                 )
             devices = mesh.devices
         concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
-        with self._lc_lock:
-            bound, origin = self._lc_bound, self._lc_origin
-            if len(bound) >= MESH_TABLE_SIZE:  # drop the oldest binding (dicts keep insertion order)
-                bound.pop(next(iter(bound)), None)
-            if len(origin) >= MESH_TABLE_SIZE:
-                origin.pop(next(iter(origin)), None)
-            bound[mesh] = devices
-            origin.setdefault(concrete, mesh)
+        self._lc_bound.put(mesh, devices)
+        self._lc_origin.setdefault(concrete, mesh)
         return devices
 
     @final
@@ -162,9 +160,8 @@ class Driver(DriverHooks):
     @final
     def forget_meshes(self) -> None:
         """Drop every mesh binding (a driver whose devices change, e.g. a new torch process group)."""
-        with self._lc_lock:
-            self._lc_bound.clear()
-            self._lc_origin.clear()
+        self._lc_bound.clear()
+        self._lc_origin.clear()
 
     @final
     def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
@@ -186,7 +183,7 @@ class Driver(DriverHooks):
                     f"The {self.name} driver cannot lay out shape {tuple(global_shape)} by {layout}: {why} "
                     f"(capability {capability.value!r} not supported by {self.name}).",
                     driver=self.name,
-                    feature=capability.value,
+                    feature=capability,
                     value=layout,
                 )
         return layout
@@ -241,7 +238,7 @@ class Driver(DriverHooks):
                 f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function "
                 f"(capability {Capability.TRACED.value!r} not supported by {self.name}).",
                 driver=self.name,
-                feature=Capability.TRACED.value,
+                feature=Capability.TRACED,
                 value=value,
             )
 
@@ -301,7 +298,7 @@ class Driver(DriverHooks):
             f"{what} cannot run on a value inside the {self.name} framework's compiler "
             f"({type(value).__module__}.{type(value).__qualname__}); call it outside the compiled function.",
             driver=self.name,
-            feature=Capability.TRACED.value,
+            feature=Capability.TRACED,
             value=value,
         )
 
@@ -483,7 +480,7 @@ class Driver(DriverHooks):
                     f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
                     f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
                     driver=self.name,
-                    feature=Capability.RELAYOUT_ACROSS_MESHES.value,
+                    feature=Capability.RELAYOUT_ACROSS_MESHES,
                     value=layout,
                 )
         result = self.native_relayout(tensor, layout, devices)
@@ -557,8 +554,12 @@ class Driver(DriverHooks):
             raise LayoutError(f"call_with_layout needs a callable. Received: {_short(fn)}", value=fn)
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
+        if not self._lc_own_call:  # the contract's default: run fn here, distribute with every check
+            return self.distribute_tensor(fn(*args, **kwargs), layout)
         result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
         traced = self._lc_traces and self.is_traced(result) and not self.is_distributed(result)
+        if not traced and not self.is_distributed(result):  # the hook's default (super()): fn's plain result
+            return self.distribute_tensor(result, layout)
         # A driver bug, not a user error: never hand back a wrongly laid out value. Ask the tensor
         # itself, not the record the hook's own calls may have left.
         if traced:  # a sharding constraint in the compiler: no record
@@ -655,7 +656,7 @@ def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
 
 
-_KNOWN_DTYPES: dict[Any, str | None] = {}
+_KNOWN_DTYPES: LRUCache[Any, str | None] = LRUCache(1024)  # dtype objects are few: bounded anyway
 
 
 def known_dtype_name(dtype: Any) -> str | None:
@@ -672,8 +673,7 @@ def known_dtype_name(dtype: Any) -> str | None:
         name: str | None = _canonical_dtype_name(dtype)
     except LayoutError:
         name = None
-    if len(_KNOWN_DTYPES) < 1024:  # dtype objects are few; anything else must not grow the table
-        _KNOWN_DTYPES[dtype] = name
+    _KNOWN_DTYPES.put(dtype, name)
     return name
 
 

@@ -88,7 +88,7 @@ class DriverHooks(abc.ABC):
     name: ClassVar[str] = ""
     #: What the driver can express beyond even, one-mesh-axis-per-tensor-axis layouts. For a
     #: layout that needs a capability not listed here, the front-end raises
-    #: ``UnsupportedLayoutError(feature=capability.value)`` before any hook runs, and the
+    #: ``UnsupportedLayoutError(feature=capability)`` before any hook runs, and the
     #: conformance suite checks exactly that.
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     #: Top-level modules that must be importable for the driver to work (checked with
@@ -127,6 +127,9 @@ class DriverHooks(abc.ABC):
 
         JAX: ``jax.devices()``; TF: ``tf.config.list_logical_devices()``; torch: the process
         group's ranks (or the simulated ones); NumPy: ``LAYOUTCORE_CPU_DEVICES`` virtual CPUs.
+
+        Raises:
+            Nothing: a framework that cannot start raises ``DriverUnavailableError`` when the driver is made.
         """
 
     @abc.abstractmethod
@@ -138,6 +141,9 @@ class DriverHooks(abc.ABC):
 
         JAX: a ``jax.Array`` on a ``NamedSharding``; TF: ``dtensor.is_dtensor``; torch:
         ``isinstance(value, DTensor)``; NumPy: ``isinstance(value, ShardedArray)``.
+
+        Raises:
+            Nothing, for any value (foreign ones included).
         """
 
     @abc.abstractmethod
@@ -159,6 +165,10 @@ class DriverHooks(abc.ABC):
         ``dtensor.relayout`` (or ``dtensor.pack`` of the blocks); torch:
         ``distribute_tensor(src_data_rank=None)``; NumPy: read-only views of the blocks.
         Capabilities: every one the layout needs (checked before the call).
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``, or a
+                capability the driver declared but this value needs in another form).
         """
 
     @abc.abstractmethod
@@ -174,6 +184,9 @@ class DriverHooks(abc.ABC):
 
         JAX: ``addressable_shards[i].data`` ordered by the mesh; TF: ``dtensor.unpack``; torch:
         ``to_local`` (per simulated rank); NumPy: ``ShardedArray.components``.
+
+        Raises:
+            Nothing for a tensor of this driver (the front-end checks that first).
         """
 
     @abc.abstractmethod
@@ -194,6 +207,9 @@ class DriverHooks(abc.ABC):
 
         JAX: ``jax.make_array_from_single_device_arrays``; TF: ``dtensor.pack``; torch:
         ``DTensor.from_local(run_check=False, shape=, stride=)``; NumPy: a ``ShardedArray``.
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``).
         """
 
     @abc.abstractmethod
@@ -215,6 +231,9 @@ class DriverHooks(abc.ABC):
         JAX: ``jax.device_put(a, NamedSharding)``; TF: ``dtensor.relayout`` (host copy across
         meshes); torch: ``DTensor.redistribute``; NumPy: distinct blocks built once.
         Capabilities: the target layout's, and ``relayout_across_meshes`` for another mesh.
+
+        Raises:
+            UnsupportedLayoutError: a move the framework cannot make (``Limitation.PARTIAL`` ...).
         """
 
     @abc.abstractmethod
@@ -233,6 +252,10 @@ class DriverHooks(abc.ABC):
 
         JAX: ``a.sharding`` (``NamedSharding`` -> Layout); TF: ``dtensor.fetch_layout``; torch:
         ``placements`` and ``device_mesh``; NumPy: ``ShardedArray.layout``.
+
+        Raises:
+            UnsupportedLayoutError: a native layout with no layoutcore form (``Limitation.PARTIAL``,
+                ``Limitation.PLACEMENT``), or ``Capability.TRACED`` where the compiler has not fixed it yet.
         """
 
     @abc.abstractmethod
@@ -248,6 +271,9 @@ class DriverHooks(abc.ABC):
         JAX: the addressable shards with ``replica_id == 0`` (``process_allgather`` across
         processes); TF: ``dtensor.unpack`` assembled (``.numpy()`` when replicated); torch:
         ``full_tensor()``; NumPy: each distinct block written once.
+
+        Raises:
+            Nothing for a tensor of this driver (the front-end refuses traced values first).
         """
 
     # ==========================================================================================
@@ -267,12 +293,19 @@ class DriverHooks(abc.ABC):
         outside the 17 (text, dates, records) are the driver's own business (:meth:`prepare_input`).
         A declared dtype must move bit for bit through every data function (a same-width integer
         view where the framework's kernels lack it: docs/dtypes.md).
+
+        Raises:
+            Nothing.
         """
         return _ALL_DTYPES
 
     def unsupported_dtype_reason(self, name: str) -> str:
         """Why this driver does not hold dtype ``name`` (one of the 17, outside :meth:`supported_dtypes`),
-        and what to do instead: the end of the front-end's refusal message."""
+        and what to do instead: the end of the front-end's refusal message.
+
+        Raises:
+            Nothing.
+        """
         held = ", ".join(d for d in ALL_DTYPES if d in self.supported_dtypes())
         return f"its framework has no {name} dtype; cast the value to one it holds first ({held})"
 
@@ -290,6 +323,9 @@ class DriverHooks(abc.ABC):
 
         JAX: ``isinstance(value, jax.core.Tracer)``; TF: a symbolic graph tensor inside
         ``tf.function``; torch: a ``torch.compile`` fake tensor.
+
+        Raises:
+            Nothing, for any value (foreign ones included).
         """
         return False
 
@@ -300,6 +336,9 @@ class DriverHooks(abc.ABC):
         Default: ``native_fetch_layout(tensor).mesh``. Override where a tensor has a mesh but
         no :class:`Layout` (torch: pending sums, ``Partial``), so it can still be relaid out.
         Capability: consulted only without ``relayout_across_meshes``.
+
+        Raises:
+            UnsupportedLayoutError: as :meth:`native_fetch_layout`.
         """
         mesh = self.native_fetch_layout(tensor).mesh
         assert mesh is not None, "native_fetch_layout must return a layout on a mesh"
@@ -315,27 +354,38 @@ class DriverHooks(abc.ABC):
     ) -> Any:
         """Call ``fn(*args, **kwargs)`` so that its result is laid out by ``layout``.
 
-        The default materialises the result on the host and distributes it (through the
-        front-end's ``distribute_tensor``, with all its checks). Override where the framework
-        creates each shard in place. The result's shape is only known once ``fn`` is traced or
-        run, so an override must call the front-end's ``check_layout(layout, shape)`` with that
-        shape *before* creating the shards; the front-end then checks the returned tensor's
-        native layout and records it.
+        Default: ``fn``'s plain result. A plain (not distributed) result, from this default or an
+        override's ``super()`` call, is distributed by the front-end through ``distribute_tensor``
+        with all its checks (a driver that keeps the default never has it called: the front-end
+        runs ``fn`` itself). Override where the framework creates each shard in place. The result's shape
+        is only known once ``fn`` is traced or run, so an override must call the front-end's
+        ``check_layout(layout, shape)`` with that shape *before* creating the shards; the front-end
+        then checks the returned tensor's native layout and records it.
 
         JAX: ``jax.jit(fn, out_shardings=NamedSharding)``; TF: ``dtensor.call_with_layout``;
         torch: the DTensor factories (``torch.distributed.tensor.ones`` ...) for torch's own.
+
+        Raises:
+            LayoutError, UnsupportedLayoutError: from ``check_layout`` on the result's shape; whatever
+                ``fn`` raises propagates.
         """
-        distribute: Callable[[Any, Layout], Any] = self.distribute_tensor  # type: ignore[attr-defined]
-        return distribute(fn(*args, **kwargs), layout)
+        return fn(*args, **kwargs)
 
     def shape_of(self, value: Any) -> tuple[int, ...]:
-        """Global shape of a native value, distributed or not (default: ``tuple(value.shape)``)."""
+        """Global shape of a native value, distributed or not (default: ``tuple(value.shape)``).
+
+        Raises:
+            Nothing for a value :meth:`prepare_input` returned or a distributed tensor of this driver.
+        """
         return tuple(int(s) for s in value.shape)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
         """A component as a NumPy array, for ``pack``'s replica check (default ``np.asarray``).
 
         May share memory with the component: the front-end only reads it.
+
+        Raises:
+            Nothing for a component of this driver's tensors.
         """
         return np.asarray(component)
 
@@ -345,6 +395,9 @@ class DriverHooks(abc.ABC):
         The default leaves arrays and tensors (anything with ``shape`` and ``dtype``) alone and
         converts the rest (nested lists, scalars) with ``np.asarray``; the front-end refuses
         what cannot become an array (a dict, ragged lists) before calling it.
+
+        Raises:
+            LayoutError: a value that cannot become an array of the framework (naming it).
         """
         if hasattr(value, "shape") and hasattr(value, "dtype"):
             return value
@@ -355,6 +408,9 @@ class DriverHooks(abc.ABC):
 
         Multi-process drivers override it; ``unpack`` and ``pack`` then hold these only.
         JAX: ``device.process_index``; torch: the process group's rank.
+
+        Raises:
+            Nothing.
         """
         return range(mesh.size)
 
@@ -363,20 +419,35 @@ class DriverHooks(abc.ABC):
 
         TF: ``dtensor.DVariable``; torch: a DTensor ``nn.Parameter``. A state that is itself a
         distributed tensor is recorded with ``layout``.
+
+        Raises:
+            UnsupportedLayoutError: a dtype the framework's variables cannot hold.
         """
         return VariableHandle(value)
 
     def variable_read(self, handle: Any) -> Any:
         """The variable's current distributed value (default: ``handle.value``); recorded with
-        the variable's layout by the front-end."""
+        the variable's layout by the front-end.
+
+        Raises:
+            Nothing.
+        """
         return handle.value
 
     def variable_assign(self, handle: Any, value: Any) -> None:
         """Store ``value``, already distributed with the variable's layout and cast to its dtype
-        (default: ``handle.value = value``). TF: ``DVariable.assign``; torch: ``copy_`` in place."""
+        (default: ``handle.value = value``). TF: ``DVariable.assign``; torch: ``copy_`` in place.
+
+        Raises:
+            Nothing (the front-end checked the value's layout and dtype).
+        """
         handle.value = value
 
     def enter_layout_map_scope(self, layout_map: LayoutMap) -> contextlib.AbstractContextManager[Any]:
         """A context the public ``layout_map_scope(layout_map)`` enters on this driver (default:
-        nothing to do). TF: gives tf-keras variables created inside it their layouts."""
+        nothing to do). TF: gives tf-keras variables created inside it their layouts.
+
+        Raises:
+            DriverUnavailableError: the framework's integration that the scope needs is missing.
+        """
         return contextlib.nullcontext()

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import geometry, propagation
+from .._capabilities import Limitation
 from .._errors import LayoutError, UnsupportedLayoutError
 from .._layout import Layout
 
@@ -30,7 +31,7 @@ _SCALARS = (int, float, complex, bool, np.generic)
 
 
 def _unsupported(operation: str, message: str, value: Any = None) -> UnsupportedLayoutError:
-    return UnsupportedLayoutError(f"{operation}: {message}", driver=_WHO, feature=operation, value=value)
+    return UnsupportedLayoutError(f"{operation}: {message}", driver=_WHO, feature=Limitation.OPERATION, value=value)
 
 
 def _is_sharded(value: Any) -> bool:
