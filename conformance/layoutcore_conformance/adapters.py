@@ -24,6 +24,14 @@ class NumpyAdapter(ConformanceAdapter):
     """
 
     dtypes = ("float32", "int32", "float64", "int64", "bool", "uint8", "float16", "complex64")
+    #: NumPy (and ml_dtypes) adds every dtype but bool; the model computes with the same library.
+    arithmetic_dtypes = ConformanceAdapter.arithmetic_dtypes | {
+        "uint16",
+        "uint32",
+        "uint64",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    }
 
     def device_data(self, tensor: Any) -> list[tuple[str, np.ndarray]]:
         assert isinstance(tensor, ShardedArray), type(tensor)
