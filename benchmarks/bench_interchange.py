@@ -4,20 +4,24 @@
 
 The inputs are written by each framework's own saver in a subprocess (``safetensors.numpy``,
 ``torch.distributed.checkpoint.save``, Orbax ``StandardCheckpointer`` on 8 JAX CPU devices,
-rows over 8); set ``LAYOUTCORE_BENCH_PYTHON_TORCH`` / ``LAYOUTCORE_BENCH_PYTHON_JAX`` where
-torch / JAX live in other environments than this interpreter.
+rows over 8); the interpreters for torch and JAX, where
+torch / JAX are not importable here: ``LAYOUTCORE_TORCH_PYTHON`` / ``LAYOUTCORE_JAX_PYTHON``, else
+their venvs under /work/venvs.
 
 Per format, contenders interleaved, warm page cache:
 
 * **load throughput vs raw reads**: ``checkpoint.load`` of every tensor onto 8 devices (rows
   over 8, every byte needed) against reading the same bytes raw -- ``os.preadv`` of the read
   plan's ranges for safetensors and DCP, ``np.fromfile`` of every file for Orbax (the
-  compressed bytes on disk) and TensorStore reading the arrays (Orbax's own engine). Ratio
-  ``raw_s / load_s`` (1.0 = at the speed of the raw read).
+  compressed bytes on disk) and TensorStore reading the arrays (Orbax's own engine); and, for
+  safetensors and DCP, ``os.preadv`` of each device's block into its own new array (the work a
+  load cannot avoid). Ratio ``raw_s / load_s`` (1.0 = at the speed of the raw read).
 * **bytes read vs floor, one process of two** (mesh positions 0-3 of 8): ``read_plan`` under
   rows over 8 (row-contiguous: safetensors and DCP read exactly the rows) and columns over 8;
   the whole-item reads torch DCP's own loader does (``torch.load`` of every item it touches)
   and TensorStore's whole chunks for Orbax (uncompressed) for comparison.
+* **two JAX processes** (4 CPU devices each) loading one safetensors tensor, rows or columns
+  over 8, page cache dropped: per process ``rchar`` / floor (target <= 1.05).
 * **plan vs the operating system**: ``rchar`` of ``/proc/self/io`` during a load against the
   plan's ``read_bytes`` (+ metadata).
 
@@ -27,6 +31,7 @@ Statistic: the minimum over repetitions.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -72,8 +77,11 @@ else:
 
 
 def _make(fmt: str, out: Path, total: int, n: int) -> None:
-    env_key = {"torch-dcp": "LAYOUTCORE_BENCH_PYTHON_TORCH", "orbax": "LAYOUTCORE_BENCH_PYTHON_JAX"}.get(fmt, "")
-    python = os.environ.get(env_key, sys.executable) if env_key else sys.executable
+    python = sys.executable
+    module, venv = {"torch-dcp": ("torch", "torch"), "orbax": ("jax", "jax")}.get(fmt, ("", ""))
+    if module and importlib.util.find_spec(module) is None:
+        fallback = Path("/work/venvs") / venv / "bin" / "python"
+        python = os.environ.get(f"LAYOUTCORE_{module.upper()}_PYTHON", str(fallback))
     subprocess.run([python, "-c", _MAKE, fmt, str(out), str(total), str(n)], check=True, capture_output=True)
 
 
@@ -140,6 +148,18 @@ def _boxes(shape: tuple[int, ...], layout: Layout) -> list[tuple[tuple[int, ...]
     return out
 
 
+def _row_box_ranges(path: Path, target: dict[str, Layout]) -> list[tuple[str, int, int]]:
+    """Per tensor and device, the one byte range of its rows (single-piece, row-major tensors)."""
+    ckpt = _foreign.open_foreign(path)
+    out = []
+    for p, t in ckpt.tensors.items():
+        (piece,) = t.pieces
+        row = math.prod(t.shape[1:]) * (t.nbytes // max(1, math.prod(t.shape)))
+        for (r0, *_), (nr, *_) in dict.fromkeys(_boxes(t.shape, target[p])):
+            out.append((piece.file, piece.offset + r0 * row, nr * row))
+    return out
+
+
 def bench_format(root: Path, fmt: str, total: int, n: int, reps: int) -> dict[str, Any]:
     path = root / ("model.safetensors" if fmt == "safetensors" else fmt)
     t0 = time.perf_counter()
@@ -149,7 +169,8 @@ def bench_format(root: Path, fmt: str, total: int, n: int, reps: int) -> dict[st
     rows = {p: Layout(("x", None), MESH8) for p in info.tensors}
     cols = {p: Layout((None, "x"), MESH8) for p in info.tensors}
     full_plan = checkpoint.read_plan(path, rows)
-    load_s, raw_s, ts_s = [], [], []
+    boxes = _row_box_ranges(path, rows) if fmt != "orbax" else []
+    load_s, raw_s, ts_s, box_s = [], [], [], []
     measured = 0
     for _ in range(reps):
         before = _rchar()
@@ -164,6 +185,10 @@ def bench_format(root: Path, fmt: str, total: int, n: int, reps: int) -> dict[st
         else:
             _raw_preadv(full_plan.reads)
         raw_s.append(time.perf_counter() - t0)
+        if boxes:
+            t0 = time.perf_counter()
+            _raw_preadv(tuple(boxes))
+            box_s.append(time.perf_counter() - t0)
         if fmt == "orbax":
             t0 = time.perf_counter()
             _tensorstore_read(path)
@@ -188,6 +213,8 @@ def bench_format(root: Path, fmt: str, total: int, n: int, reps: int) -> dict[st
         result["tensorstore_over_load"] = round(min(ts_s) / min(load_s), 3)
     else:
         result["raw_is"] = "os.preadv of the read plan's ranges"
+        result["raw_per_device_block_s"] = round(min(box_s), 4)
+        result["raw_per_device_block_over_load"] = round(min(box_s) / min(load_s), 3)
     half = [0, 1, 2, 3]
     for label, target in (("rows", rows), ("cols", cols)):
         plan = checkpoint.read_plan(path, target, process_devices=half)
@@ -200,6 +227,49 @@ def bench_format(root: Path, fmt: str, total: int, n: int, reps: int) -> dict[st
         if fmt == "orbax":
             result[f"half_{label}_exact"] = False  # whole chunks, uncompressed size
     return result
+
+
+def bench_two_processes(root: Path, total: int) -> dict[str, Any]:
+    """Two JAX processes (4 CPU devices each) load one safetensors tensor, page cache dropped:
+    per process ``rchar`` (bytes asked of the kernel) over its floor, and the disk's read_bytes
+    of both together (one page cache: read-ahead lands in whichever process faults first)."""
+    import socket
+
+    import safetensors.numpy as stn
+
+    worker = Path(__file__).resolve().parents[1] / "tests" / "interchange" / "frameworks" / "jax_mp_load_worker.py"
+    python = sys.executable
+    if importlib.util.find_spec("jax") is None:
+        python = os.environ.get("LAYOUTCORE_JAX_PYTHON", "/work/venvs/jax/bin/python")
+    rows = int(np.sqrt(total // 4)) // 8 * 8
+    file = root / "mp.safetensors"
+    stn.save_file({"w": np.arange(rows * rows, dtype=np.float32).reshape(rows, rows)}, str(file))
+    out: dict[str, Any] = {"tensor_bytes": rows * rows * 4}
+    env = {k: v for k, v in os.environ.items() if k != "LAYOUTCORE_CPU_DEVICES"}
+    for kind in ("rows", "cols"):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = str(sock.getsockname()[1])
+        procs = [
+            subprocess.Popen(
+                [python, str(worker), str(p), port, str(file), kind],
+                cwd=worker.parent,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for p in (0, 1)
+        ]
+        reports = [
+            json.loads(next(x for x in p.communicate(timeout=300)[0].splitlines() if x.startswith("{"))) for p in procs
+        ]
+        out[kind] = {
+            "rchar_over_floor": [round(r["rchar"] / r["floor_bytes"], 4) for r in reports],
+            "plan_over_floor": [round(r["plan_read_bytes"] / r["floor_bytes"], 4) for r in reports],
+            "disk_read_bytes_both_over_tensor": round(sum(r["read_bytes"] for r in reports) / (rows * rows * 4), 4),
+        }
+    return out
 
 
 def main() -> None:
@@ -218,6 +288,7 @@ def main() -> None:
             "load_average": os.getloadavg()[0],
             "driver": "numpy",
             "formats": {fmt: bench_format(root, fmt, total, n, reps) for fmt in args.formats.split(",")},
+            "safetensors_two_jax_processes": bench_two_processes(root, total),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
