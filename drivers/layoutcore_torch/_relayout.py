@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import layoutcore as lc
-from layoutcore import Layout, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, LRUCache
+from layoutcore import Layout, Mesh
+from layoutcore.driver import LRUCache
 
 from . import _convert, _private
 
@@ -249,23 +249,14 @@ def _level_size(before: Layout, after: Layout, dim: int, shape: tuple[int, ...])
 # ------------------------------------------------------------------------------------------------
 def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any | None:
     """``tensor`` laid out by ``layout`` moving exactly ``relayout_plan``'s bytes, or ``None`` where the
-    driver's native ``redistribute`` is right (already at the floor, a pending sum, a tensor that
-    requires grad). Raises ``UnsupportedLayoutError`` where neither can (see the module docstring)."""
+    driver's native ``redistribute`` is right (already at the floor, a pending sum on its own mesh).
+    A tensor that requires grad gets a differentiable plan (its gradient returns by the reverse plan)."""
     target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
     device_mesh = driver.device_mesh(target_mesh)
     same_mesh = tensor.device_mesh == device_mesh
     partial = any(p.is_partial() for p in tensor.placements)
-    if same_mesh and (partial or tensor.requires_grad):
+    if same_mesh and partial:
         return None
-    if tensor.requires_grad:
-        raise UnsupportedLayoutError(
-            f"The torch driver relayouts a tensor that requires grad within its own DeviceMesh only ({layout!r} is "
-            "on another mesh): DTensor.redistribute, which autograd follows, works within one mesh, and the plan "
-            "that moves data across meshes is not differentiable. Relayout tensor.detach(), or stay on one mesh.",
-            driver="torch",
-            feature=Capability.RELAYOUT_ACROSS_MESHES,
-            value=layout,
-        )
     if partial:  # pending sums are reduced first, on their own mesh, by torch (as a same-mesh relayout does)
         from torch.distributed.tensor import Replicate
 
@@ -278,7 +269,33 @@ def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices:
     source = driver.native_fetch_layout(tensor)
     if same_mesh and native_is_at_floor(driver, tensor, source, target):
         return None
+    if tensor.requires_grad:
+        return _differentiable(driver, tensor, source, target)
     return _run(driver, tensor, source, target)
+
+
+def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> Any:
+    """The plan as an autograd function: the gradient goes back by the reverse plan (target -> source)."""
+    import torch
+
+    class PlannedRelayout(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, value: Any) -> Any:
+            with torch.no_grad():
+                return _run(driver, value.detach(), source, target)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            # The incoming gradient may carry other placements (torch's choice): lay it out by the target first.
+            wanted = _convert.placements(target)
+            if tuple(grad.placements) != wanted:
+                with driver.spmd(target.mesh.size):  # type: ignore[union-attr]
+                    grad = grad.redistribute(grad.device_mesh, wanted)
+            with torch.no_grad():
+                return _run(driver, grad, target, source)
+
+    with driver.spmd(max(source.mesh.size, target.mesh.size)):  # type: ignore[union-attr]
+        return PlannedRelayout.apply(tensor)
 
 
 def _participants(driver: TorchDriver, source: Layout, target: Layout) -> tuple[list[str], list[int]]:

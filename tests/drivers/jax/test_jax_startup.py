@@ -21,7 +21,7 @@ def test_importing_the_package_and_listing_drivers_does_not_import_jax() -> None
     assert proc.returncode == 0, proc.stderr
     assert _json_tail(proc.stdout) == [
         False,
-        ["multi_axis", "multi_axis_any_order", "relayout_across_meshes", "traced"],
+        ["multi_axis", "multi_axis_any_order", "relayout_across_meshes", "relayout_at_floor", "traced"],
     ]
 
 

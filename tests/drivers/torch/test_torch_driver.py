@@ -379,7 +379,11 @@ def test_import_and_listing_do_not_start_torch() -> None:
     )
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
-    assert _json_tail(proc.stdout) == {"torch": False, "installed": True, "caps": ["multi_axis", "uneven"]}
+    assert _json_tail(proc.stdout) == {
+        "torch": False,
+        "installed": True,
+        "caps": ["multi_axis", "relayout_across_meshes", "relayout_at_floor", "uneven"],
+    }
 
 
 def test_simulation_starts_lazily_with_cpu_devices() -> None:
