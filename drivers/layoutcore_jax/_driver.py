@@ -472,20 +472,40 @@ class JaxDriver(Driver):
                 constants = iter(static)
                 rebuilt = [next(values) if t else next(constants) for t in traced]
                 call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
-                return fn(*call_args, **call_kwargs)
+                result = fn(*call_args, **call_kwargs)
+                name = _x64_request(np.asarray(result)) if isinstance(result, np.ndarray | np.generic) else None
+                if name is not None and not jax.config.jax_enable_x64:  # JAX would narrow it silently
+                    raise UnsupportedLayoutError(
+                        f"call_with_layout: {fn!r} returned a {name} NumPy value, but "
+                        f"{self.unsupported_dtype_reason(name)}.",
+                        driver=self.name,
+                        feature=Limitation.DTYPE,
+                        value=name,
+                    )
+                return result
 
             entry = [None, call, None]  # jit is made only once the result's shape is checked
             if key is not None:
                 self._compiled.put(key, entry)
         jitted, plain, out = entry
         if out is None:
-            out = jax.eval_shape(plain, *dynamic)
+            closed, out = jax.make_jaxpr(plain, return_shape=True)(*dynamic)
             if not isinstance(out, jax.ShapeDtypeStruct):
                 raise LayoutError(
                     f"call_with_layout needs a function that returns one array; {fn!r} returned {out!r}.", value=out
                 )
             # Refuse uneven or wrong-rank results with layoutcore's own errors before jit sees them.
             self.check_layout(layout, tuple(int(s) for s in out.shape))
+            held = [
+                c for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True) if v is closed.jaxpr.outvars[0]
+            ]
+            if held and not any(self.is_traced(a) for a in dynamic):
+                # fn returns a value it already holds (a constant of the trace), not one it computes: placed
+                # as it is, since XLA would turn a bfloat16 constant's NaN payloads into the one quiet NaN.
+                # Not cached: the constant is this call's.
+                if key is not None:
+                    self._compiled.pop(key)
+                return _array(jax.device_put(np.asarray(held[0]), self._sharding(layout, devices)))
             if not dynamic:  # the result's shape depends on the static arguments only: checked for good
                 entry[2] = out
         sharding = self._sharding(layout, devices)

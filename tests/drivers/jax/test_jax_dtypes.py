@@ -125,3 +125,19 @@ def test_with_x64_on_every_dtype_moves_every_bit() -> None:
     env["JAX_PLATFORMS"] = "cpu"
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_call_with_layout_of_a_function_returning_a_value_it_holds_keeps_its_bits(driver: JaxDriver) -> None:
+    """XLA canonicalises a bfloat16 constant's NaN payloads inside jit: such a value is placed as it is."""
+    x = checks.random_values("bfloat16", checks.SHAPE, seed=6)
+    made = lc.call_with_layout(lambda: jnp.asarray(x), checks.LAYOUTS[0], driver="jax")
+    checks.assert_placed("jax", made, checks.LAYOUTS[0], x, read)
+    made = lc.call_with_layout(lambda: x.copy(), checks.LAYOUTS[1], driver="jax")
+    checks.assert_placed("jax", made, checks.LAYOUTS[1], x, read)
+
+
+def test_call_with_layout_of_a_function_returning_a_64_bit_numpy_value_is_refused(driver: JaxDriver) -> None:
+    x = np.arange(32, dtype=np.int64).reshape(checks.SHAPE) + 2**40
+    with pytest.raises(lc.UnsupportedLayoutError, match="int64") as info:
+        lc.call_with_layout(lambda: x.copy(), checks.LAYOUTS[0], driver="jax")
+    assert info.value.feature == Limitation.DTYPE
