@@ -171,7 +171,7 @@ class JaxDriver(Driver):
         self._names = list(self._by_name)
         self._multiprocess = jax.process_count() > 1
         if self._multiprocess:  # across processes relayout keeps device_put (_relayout's docstring)
-            self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}
+            self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}  # type: ignore[misc]
         self._process_index = jax.process_index()
         self._shardings = LRUCache[Any, Any](_CACHE_SIZE)  # Layout -> NamedSharding
         self._mesh_order = LRUCache[Any, Any](_CACHE_SIZE)  # jax.sharding.Mesh -> its devices, flat

@@ -32,12 +32,12 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 import layoutcore as lc
-from layoutcore import Layout, Mesh
+from layoutcore import Layout
 from layoutcore.driver import LRUCache
 
 if TYPE_CHECKING:
@@ -227,8 +227,8 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec
 
-    source_mesh: Mesh = source.mesh  # type: ignore[assignment]
-    target_mesh: Mesh = target.mesh  # type: ignore[assignment]
+    source_mesh = source.require_mesh()
+    target_mesh = target.require_mesh()
     assert source_mesh.devices is not None and target_mesh.devices is not None
     names = list(dict.fromkeys((*source_mesh.devices, *target_mesh.devices)))
     where = {d: i for i, d in enumerate(names)}
@@ -248,9 +248,10 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     # What each device keeps: its source block's overlap with its target block, grouped by shape.
     keeps: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
     for i in range(u):
-        p, q = source_of[i], target_of[i]
-        if p is None or q is None:
+        held, wanted = source_of[i], target_of[i]
+        if held is None or wanted is None:
             continue
+        p, q = held, wanted
         lo = [max(a, b) for a, b in zip(src_starts[p], dst_starts[q], strict=True)]
         hi = [
             min(a + n, b + m)
@@ -262,12 +263,12 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
             at_dst = tuple(a - s for a, s in zip(lo, dst_starts[q], strict=True))
             keeps.setdefault(size, []).append((i, at_src, at_dst))
     keep_tables = []
-    for size, members in keeps.items():
+    for size, kept in keeps.items():
         take = np.zeros((u, rank), np.int32)
         put = np.zeros((u, rank), np.int32)
         keeping = np.zeros(u, bool)
-        for i, at_src, at_dst in members:
-            take[i], put[i], keeping[i] = at_src, at_dst, True
+        for i, src_at, dst_at in kept:
+            take[i], put[i], keeping[i] = src_at, dst_at, True
         keep_tables.append((size, take, put, keeping))
 
     # The transfers, by rectangle shape, in rounds of one send and one receive per device.
@@ -275,18 +276,22 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     for t in plan.transfers:
         i, j = where[source_mesh.devices[t.src]], where[target_mesh.devices[t.dst]]
         size = tuple(s.stop - s.start for s in t.index)
-        at_src = tuple(s.start - a for s, a in zip(t.index, src_starts[t.src], strict=True))
-        at_dst = tuple(s.start - a for s, a in zip(t.index, dst_starts[t.dst], strict=True))
-        by_shape.setdefault(size, []).append((i, j, (at_src, at_dst)))
-    rounds = []
+        offsets = (
+            tuple(s.start - a for s, a in zip(t.index, src_starts[t.src], strict=True)),
+            tuple(s.start - a for s, a in zip(t.index, dst_starts[t.dst], strict=True)),
+        )
+        by_shape.setdefault(size, []).append((i, j, offsets))
+    rounds: list[_Round] = []
     for size, items in by_shape.items():
         for members in _matchings(items):
             send_at = np.zeros((u, rank), np.int32)
             receive_at = np.zeros((u, rank), np.int32)
             receives = np.zeros(u, bool)
-            for i, j, (at_src, at_dst) in members:
-                send_at[i], receive_at[j], receives[j] = at_src, at_dst, True
-            rounds.append(_Round(size, tuple((i, j) for i, j, _ in members), send_at, receive_at, receives))
+            pairs: list[tuple[int, int]] = []
+            for sender, receiver, (from_at, to_at) in members:
+                send_at[sender], receive_at[receiver], receives[receiver] = from_at, to_at, True
+                pairs.append((sender, receiver))
+            rounds.append(_Round(size, tuple(pairs), send_at, receive_at, receives))
 
     def place(out: Any, piece: Any, at: Any, writes: np.ndarray, index: Any) -> Any:
         # A device that writes nothing this step rewrites what it holds there: a select over the piece,
@@ -359,7 +364,7 @@ def relayout_at_floor(
             _DECIDED.put(key, decided)
     if decided is None:
         return None
-    program, scalar = decided
+    program, scalar = cast("tuple[_Program, bool]", decided)
     out = program.run(_flat_input(program, tensor, scalar))
     by_device = {shard.device: shard.data for shard in out.addressable_shards}
     arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
@@ -379,7 +384,7 @@ def _decide(
     """``None`` where ``device_put`` moves the floor, else the program that does."""
     shape = tuple(int(s) for s in tensor.shape)
     source = driver.native_fetch_layout(tensor)
-    target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    target_mesh = layout.require_mesh()
     target = Layout(layout.axes, target_mesh if target_mesh.devices is not None else target_mesh.with_devices(devices))
     dtype = tensor.dtype
     floor = _floor(source, target, shape, dtype)
@@ -462,7 +467,7 @@ class CollectiveBytes:
             (pjit, "_get_fastpath_data", pjit._get_fastpath_data),
         ]
         jax.clear_caches()
-        pxla.ExecuteReplicated.__call__ = counted_execute  # type: ignore[method-assign]
+        pxla.ExecuteReplicated.__call__ = counted_execute
         jax.device_put = counted_device_put
         pjit._get_fastpath_data = lambda *a, **k: None
         return self

@@ -140,9 +140,10 @@ def schedule(
         receives[j][i].append(_shift(t.index, target_blocks[t.dst]))
     local: list[tuple[tuple[slice, ...], tuple[slice, ...]] | None] = [None] * u
     for i in range(u):
-        p, q = source_of[i], target_of[i]
-        if p is None or q is None:
+        held, wanted = source_of[i], target_of[i]
+        if held is None or wanted is None:
             continue
+        p, q = held, wanted
         overlap = tuple(
             slice(max(a.start, b.start), min(a.stop, b.stop))
             for a, b in zip(source_blocks[p], target_blocks[q], strict=True)
@@ -205,7 +206,7 @@ def _torch_steps(driver: TorchDriver, tensor: Any, target: Layout) -> list[tuple
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
     from torch.distributed.tensor._redistribute import _gen_transform_infos
 
-    mesh: Mesh = target.mesh  # type: ignore[assignment]
+    mesh = target.require_mesh()
     spec = tensor._spec
     with driver.spmd(mesh.size):
         wanted = DTensorSpec(spec.mesh, _convert.placements(target), tensor_meta=spec.tensor_meta)
@@ -216,7 +217,7 @@ def _torch_steps(driver: TorchDriver, tensor: Any, target: Layout) -> list[tuple
 def _steps_cost(
     steps: list[tuple[int, Any, Any]], source: Layout, shape: tuple[int, ...], dtype: str, gathers: bool
 ) -> int | None:
-    mesh: Mesh = source.mesh  # type: ignore[assignment]
+    mesh = source.require_mesh()
     placements = list(_convert.placements(source))
     current = source
     cost = 0
@@ -251,7 +252,7 @@ def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices:
     """``tensor`` laid out by ``layout`` moving exactly ``relayout_plan``'s bytes, or ``None`` where the
     driver's native ``redistribute`` is right (already at the floor, a pending sum on its own mesh).
     A tensor that requires grad gets a differentiable plan (its gradient returns by the reverse plan)."""
-    target_mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    target_mesh = layout.require_mesh()
     device_mesh = driver.device_mesh(target_mesh)
     same_mesh = tensor.device_mesh == device_mesh
     partial = any(p.is_partial() for p in tensor.placements)
@@ -278,7 +279,7 @@ def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: La
     """The plan as an autograd function: the gradient goes back by the reverse plan (target -> source)."""
     import torch
 
-    class PlannedRelayout(torch.autograd.Function):
+    class PlannedRelayout(torch.autograd.Function):  # type: ignore[misc]
         @staticmethod
         def forward(ctx: Any, value: Any) -> Any:
             with torch.no_grad():
@@ -391,8 +392,8 @@ def _run(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> An
     names, ranks = _participants(driver, source, target)
     plan = schedule(source, target, shape, str(tensor.dtype), names)
     u = len(names)
-    target_mesh: Mesh = target.mesh  # type: ignore[assignment]
-    source_mesh: Mesh = source.mesh  # type: ignore[assignment]
+    target_mesh = target.require_mesh()
+    source_mesh = source.require_mesh()
     world = driver.world()
     with driver.spmd(source_mesh.size):
         local = tensor.to_local()
