@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from layoutcore import Variable, relayout
+from layoutcore import Layout, Variable, pack, unpack
 from layoutcore.driver import Driver
 
 __all__ = ["ADAPTER_GROUP", "ConformanceAdapter", "load_adapter", "register_adapter"]
@@ -123,10 +123,7 @@ class ConformanceAdapter:
         immutable (everything but torch).
         """
         if isinstance(target, Variable):
-            # The framework reads its result's layout on the concrete mesh, which the front-end reports
-            # as the mesh the process first bound to those devices (maybe abstract, maybe named); assign
-            # takes only the variable's own layout, so place the result there first (no data moves).
-            target.assign(relayout(self.add(target.value, delta), target.layout))
+            target.assign(on_layout(self.add(target.value, delta), target.layout))
             return True
         return False
 
@@ -176,6 +173,16 @@ class ConformanceAdapter:
     def reduce_pending(self, tensor: Any) -> Any:
         """``tensor`` with its pending sums (torch's ``Partial``) carried out by the framework."""
         return tensor
+
+
+def on_layout(result: Any, layout: Layout) -> Any:
+    """A framework operation's distributed ``result`` with ``layout`` as layoutcore's record, its components unchanged.
+
+    The front-end reports an operation's output on the mesh the process first bound to those devices (maybe
+    abstract, maybe named), while ``Variable.assign`` takes only the variable's own layout; ``pack`` of the
+    components states the layout without moving data (a ``relayout`` there may be refused as a no-op).
+    """
+    return pack(unpack(result), layout)
 
 
 _registered: dict[str, type[ConformanceAdapter] | str] = {}

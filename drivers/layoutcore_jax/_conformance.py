@@ -55,12 +55,13 @@ class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
     def add_inplace(self, target: Any, delta: Any) -> bool:
         """JAX arrays are immutable: a Variable takes ``value.at[...].add(delta)`` (JAX's functional in-place
         update) through ``assign``; a distributed array is left alone (``False``)."""
-        from layoutcore import Variable, relayout
+        from layoutcore_conformance.adapter import on_layout
+
+        from layoutcore import Variable
 
         if not isinstance(target, Variable):
             return False
-        # relayout: the result's layout is read on the concrete mesh (see ConformanceAdapter.add_inplace).
-        target.assign(relayout(target.value.at[...].add(delta), target.layout))
+        target.assign(on_layout(target.value.at[...].add(delta), target.layout))
         return True
 
     def relayout_bytes(self, relayout: Callable[[], Any]) -> tuple[Any, int] | None:
