@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import layoutcore as lc
-from layoutcore.driver import dtype_name
+from layoutcore.driver import Capability, Driver, dtype_name
 
 from ._oracle import Case, assert_refused, needs_cross_mesh
 from ._values import (
@@ -47,7 +47,7 @@ def _case(name: str, spec: tuple[Any, ...] = SOURCE_SPEC) -> Case:
     return Case(MESH[0], MESH[1], spec, SHAPE, name)
 
 
-def _supported(driver: lc.Driver, name: str) -> bool:
+def _supported(driver: Driver, name: str) -> bool:
     return name in declared_dtypes(driver)
 
 
@@ -59,7 +59,7 @@ def _native(adapter: ConformanceAdapter, x: np.ndarray, name: str) -> Any:
     return value
 
 
-def test_distribute(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_distribute(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name)
     x = dtype_values(SHAPE, name)
     if not _supported(driver, name):
@@ -70,7 +70,7 @@ def test_distribute(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -
     assert_device_bits(adapter, lc.distribute_tensor(native, case.layout()), x, case, "distribute_tensor(framework)")
 
 
-def test_to_numpy(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_to_numpy(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     if not _supported(driver, name):
         pytest.skip(f"{name} is not declared: test_distribute checks its refusal; there is nothing to read")
     case = _case(name)
@@ -81,7 +81,7 @@ def test_to_numpy(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> 
     assert_bits_equal(lc.to_numpy(native), x, "to_numpy of a distributed framework tensor")
 
 
-def test_unpack_pack(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_unpack_pack(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     """Components bit for bit; ``pack(unpack(t))`` and ``pack`` of framework pieces round-trip. The replicas over
     ``y`` hold NaN where the dtype has one: ``pack``'s replica check must take a NaN as equal to itself."""
     case = _case(name)
@@ -108,7 +108,7 @@ def test_unpack_pack(driver: lc.Driver, adapter: ConformanceAdapter, name: str) 
         lc.pack(differing, layout, global_shape=SHAPE)
 
 
-def test_relayout_same_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_relayout_same_mesh(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     case, target = _case(name), _case(name, SAME_MESH_SPEC)
     x = dtype_values(SHAPE, name, seed=3)
     if not _supported(driver, name):  # a plain value to relayout is placed as distribute_tensor would
@@ -124,7 +124,7 @@ def test_relayout_same_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name
     assert_device_bits(adapter, tensor, x, case, "the source after relayout")
 
 
-def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_relayout_across_meshes(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     if not _supported(driver, name):
         pytest.skip(f"{name} is not declared: test_distribute checks its refusal; there is nothing to relayout")
     case = _case(name)
@@ -132,8 +132,8 @@ def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, 
     assert needs_cross_mesh(driver, case, target)
     x = dtype_values(SHAPE, name, seed=4)
     tensor = lc.distribute_tensor(x, case.layout())
-    if lc.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
-        missing = {lc.Capability.RELAYOUT_ACROSS_MESHES.value}
+    if Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
+        missing = {Capability.RELAYOUT_ACROSS_MESHES.value}
         assert_refused(driver, missing, lambda: lc.relayout(tensor, target.layout()), f"relayout across meshes {name}")
         return
     moved = lc.relayout(tensor, target.layout())
@@ -141,7 +141,7 @@ def test_relayout_across_meshes(driver: lc.Driver, adapter: ConformanceAdapter, 
     assert_device_bits(adapter, lc.relayout(moved, case.layout()), x, case, "relayout back to the first mesh")
 
 
-def test_copy_to_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_copy_to_mesh(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name, (None, None))
     x = dtype_values(SHAPE, name, seed=5)
     layout = case.layout()
@@ -153,7 +153,7 @@ def test_copy_to_mesh(driver: lc.Driver, adapter: ConformanceAdapter, name: str)
     assert_device_bits(adapter, lc.copy_to_mesh(native, layout), x, case, "copy_to_mesh(framework)")
 
 
-def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_call_with_layout(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     """``call_with_layout`` of a function that makes a framework tensor of the dtype (``adapter.from_numpy`` of a
     constant, called inside, as ``tf.constant(x)`` would be)."""
     case = _case(name)
@@ -167,7 +167,7 @@ def test_call_with_layout(driver: lc.Driver, adapter: ConformanceAdapter, name: 
     assert_device_bits(adapter, made, x, case, "call_with_layout")
 
 
-def test_variable(driver: lc.Driver, adapter: ConformanceAdapter, name: str) -> None:
+def test_variable(driver: Driver, adapter: ConformanceAdapter, name: str) -> None:
     case = _case(name)
     x = dtype_values(SHAPE, name, seed=7)
     layout = case.layout()

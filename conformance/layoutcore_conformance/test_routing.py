@@ -17,15 +17,14 @@ import os
 import subprocess
 import sys
 
-import layoutcore as lc
-from layoutcore.driver import DRIVER_ENV, ENTRY_POINT_GROUP
+from layoutcore.driver import DRIVER_ENV, ENTRY_POINT_GROUP, Driver
 
 #: Run in the child process: per installed driver, "ok" or what went wrong.
 _CHILD = r"""
 import json, traceback
 import numpy as np
 import layoutcore as lc
-from layoutcore.driver import DRIVER_ENV, ENTRY_POINT_GROUP
+from layoutcore.driver import DRIVER_ENV, ENTRY_POINT_GROUP, Driver
 from layoutcore_conformance.adapter import load_adapter
 
 assert lc.active_driver_name() == "numpy", lc.active_driver_name()
@@ -58,7 +57,7 @@ print("ROUTING " + json.dumps(report))
 """
 
 
-def test_native_tensors_go_to_their_own_driver(driver: lc.Driver) -> None:
+def test_native_tensors_go_to_their_own_driver(driver: Driver) -> None:
     env = {k: v for k, v in os.environ.items() if k != DRIVER_ENV}
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600, check=False

@@ -17,7 +17,6 @@ Sequences per run: 100 under the ``ci`` profile, 2 000 under ``fuzz`` (see :data
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 import layoutcore as lc
-from layoutcore.driver import Capability
+from layoutcore.driver import Capability, Driver
 
 from ._oracle import Case, assert_refused, missing_capabilities, needs_cross_mesh
 from ._strategies import MeshParts, device_budget, layout_specs, shapes_for
@@ -109,7 +108,7 @@ class LayoutcoreModel(RuleBasedStateMachine):
     #: Sequences started in this process (hypothesis makes one machine per sequence, shrinking included).
     started = 0
 
-    def __init__(self, driver: lc.Driver, adapter: ConformanceAdapter) -> None:
+    def __init__(self, driver: Driver, adapter: ConformanceAdapter) -> None:
         super().__init__()
         type(self).started += 1
         self.driver = driver
@@ -281,9 +280,7 @@ def sequences() -> int:
     return SEQUENCES.get(profile, max(100, settings().max_examples))
 
 
-def test_operation_sequences_match_numpy_model(
-    driver: lc.Driver, adapter: ConformanceAdapter, record_property: Callable[[str, object], None]
-) -> None:
+def test_operation_sequences_match_numpy_model(driver: Driver, adapter: ConformanceAdapter) -> None:
     """Random sequences of data functions on the driver, checked after every step against a NumPy model."""
     declared_dtypes(driver)  # fail first, and clearly, where the driver declares no dtypes
     before = LayoutcoreModel.started
@@ -299,6 +296,5 @@ def test_operation_sequences_match_numpy_model(
         ),
     )
     ran = LayoutcoreModel.started - before
-    record_property("sequences", ran)
     print(f"{ran} operation sequences of up to {STEPS} steps on driver {driver.name!r}")
     assert ran >= wanted, f"hypothesis ran {ran} sequences, fewer than the {wanted} this profile asks for"
