@@ -110,7 +110,7 @@ class LayoutcoreModel(RuleBasedStateMachine):
 
     def __init__(self, driver: Driver, adapter: ConformanceAdapter) -> None:
         super().__init__()
-        type(self).started += 1
+        LayoutcoreModel.started += 1
         self.driver = driver
         self.adapter = adapter
         declared = declared_dtypes(driver)
@@ -285,8 +285,13 @@ def test_operation_sequences_match_numpy_model(driver: Driver, adapter: Conforma
     declared_dtypes(driver)  # fail first, and clearly, where the driver declares no dtypes
     before = LayoutcoreModel.started
     wanted = sequences()
+
+    class OnThisDriver(LayoutcoreModel):
+        def __init__(self) -> None:
+            super().__init__(driver, adapter)
+
     run_state_machine_as_test(
-        lambda: LayoutcoreModel(driver, adapter),
+        OnThisDriver,
         settings=settings(
             settings(),
             max_examples=wanted,
