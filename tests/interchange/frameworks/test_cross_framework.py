@@ -237,3 +237,21 @@ def test_two_jax_processes_read_their_floor_of_safetensors(kind: str, tmp_path: 
         assert report["floor_bytes"] == 1024 * 512 * 4 // 2
         assert report["plan_read_bytes"] == report["floor_bytes"]
         assert report["rchar"] <= 1.05 * report["floor_bytes"], report
+
+
+def test_orbax_storage_variants(tmp_path: Path) -> None:
+    """zarr v2 / zarr v3, with and without OCDBT: each opens, keeps its layout, loads bit-exact."""
+    import numpy as np
+
+    run("jax", "jax_orbax_variants.py", str(tmp_path / "ov"))
+    expected = {"a": np.arange(96, dtype=np.float32).reshape(8, 12), "n": np.arange(5, dtype=np.int16)}
+    for suffix, version in (("00", "orbax zarr"), ("01", "orbax zarr3"), ("11", "orbax zarr3+ocdbt")):
+        path = tmp_path / f"ov_{suffix}"
+        info = ckpt.inspect(path)
+        assert info.format == version
+        assert info.tensors["a"].layout == lc.Layout(("x", "y"), lc.Mesh((2, 4), ("x", "y")))
+        assert info.layout_known == {"a": True, "n": False}
+        out = ckpt.load(path, {"a": lc.Layout((None, "x"), lc.Mesh((4,), ("x",)))}, driver="numpy")
+        for key, value in expected.items():
+            got = lc.to_numpy(out[key])
+            assert got.dtype == value.dtype and np.array_equal(got, value)
