@@ -4,6 +4,7 @@
 
     PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_wall.py jax           # 8 CPU devices
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-gloo  # 4 gloo processes
+    PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-simulation
 
 * **JAX** (one process, 8 CPU devices, 2048x2048 float32 = 16 MiB): ``lc.relayout`` against
   ``jax.device_put`` to the target sharding, and against *before*: the same driver with the plan
@@ -17,16 +18,21 @@
   and its time is the slowest rank's. Target ``layoutcore / redistribute <= 1.0`` on the changed
   cases; x -> None (an all-gather, already at the floor, kept) ``<= 1.05``.
 
-Results: ``results/bench_relayout_wall.<jax|torch-gloo>.json``.
+* **torch simulation** (8 simulated ranks, 1 KiB and 1 MiB): where torch's own plan is kept (x -> None,
+  S0 -> S1), ``lc.relayout`` against *before* (plan off): the cost of reading torch's plan, target ``<= 1.05``.
+
+Results: ``results/bench_relayout_wall.<jax|torch-gloo|torch-simulation>.json``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import sys
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +57,11 @@ def _interleaved(contenders: dict[str, Callable[[], Any]], rounds: int) -> dict[
             contenders[name]()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def _call_seconds(call: Callable[[], Any]) -> float:
+    """Seconds per call of a cheap deterministic ``call`` (best of 5 runs of 100)."""
+    return min(timeit.repeat(call, number=100, repeat=5)) / 100
 
 
 def _summary(times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
@@ -123,11 +134,14 @@ def measure_jax(rounds: int = 30) -> dict[str, Any]:
 
         times = _interleaved({"layoutcore": layoutcore, "device_put": device_put, "before": before}, rounds)
         plan_runs = native is None or native > floor
+        bound = driver.bind_mesh(target.mesh)  # type: ignore[arg-type]
+        check = None if plan_runs else _call_seconds(functools.partial(planned, driver, value, target, bound, sharding))
         out["cases"][case] = {
             "floor_bytes": floor,
             "device_put_bytes": native,
             "plan_runs": plan_runs,
             **_summary(times, [("layoutcore", "device_put"), ("layoutcore", "before")]),
+            "check_seconds": check,  # kept cases: the floor check alone (a cached lookup), the only added cost
             "target": "layoutcore/device_put <= 1.1" if plan_runs else "layoutcore/before <= 1.05",
         }
     return out
@@ -235,15 +249,67 @@ def measure_torch_gloo(world: int = 4, rounds: int = 5) -> dict[str, Any]:
     return json.loads(outs[0][0].strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+# ------------------------------------------------------------------------------------------------
+# torch simulation: the relayouts torch already moves at the floor keep their speed
+# ------------------------------------------------------------------------------------------------
+def measure_torch_simulation(rounds: int = 30) -> dict[str, Any]:
+    """``lc.relayout`` against *before* (the driver with the plan switched off: ``redistribute``) where torch's
+    own plan is kept, 1 KiB and 1 MiB float32 on 8 simulated ranks: the cost of the floor check."""
+    import numpy as np
+    import torch
+    from layoutcore_torch import _relayout
+
+    devices = [f"CPU:{i}" for i in range(8)]
+    line = lc.Mesh((8,), ("x",), devices=devices)
+    driver = lc.get_driver("torch")
+    planned = _relayout.relayout_at_floor
+    out: dict[str, Any] = {
+        "statistic": "median",
+        "framework": f"torch {torch.__version__} (simulation, 8 ranks)",
+        "rounds": rounds,
+        "target": "layoutcore/before <= 1.05",
+        "cases": {},
+    }
+    for size, shape in (("1 KiB", (16, 16)), ("1 MiB", (512, 512))):
+        for name, (src, dst) in {
+            "x -> None": (["x", None], [None, None]),
+            "S0 -> S1": (["x", None], [None, "x"]),
+        }.items():
+            source, target = lc.Layout(src, line), lc.Layout(dst, line)
+            value = lc.distribute_tensor(np.ones(shape, np.float32), source, driver=driver)
+
+            def layoutcore(value: Any = value, target: lc.Layout = target) -> None:
+                lc.relayout(value, target, driver=driver)
+
+            def before(value: Any = value, target: lc.Layout = target) -> None:
+                _relayout.relayout_at_floor = lambda *a, **k: None  # type: ignore[assignment]
+                try:
+                    lc.relayout(value, target, driver=driver)
+                finally:
+                    _relayout.relayout_at_floor = planned
+
+            times = _interleaved({"layoutcore": layoutcore, "before": before}, rounds)
+            bound = driver.bind_mesh(line)
+            # the floor check alone, which decides to keep redistribute (its only added cost)
+            check = _call_seconds(functools.partial(planned, driver, value, target, bound))
+            out["cases"][f"{name}, {size}"] = {
+                **_summary(times, [("layoutcore", "before")]),
+                "check_seconds": check,
+                "check/before": check / min(times["before"]),
+            }
+    return out
+
+
 def main(argv: list[str]) -> int:
     what = argv[0] if argv else ""
     if what == "torch-gloo-worker":
         _gloo_worker(int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
         return 0
-    if what not in ("jax", "torch-gloo"):
+    measures = {"jax": measure_jax, "torch-gloo": measure_torch_gloo, "torch-simulation": measure_torch_simulation}
+    if what not in measures:
         print(__doc__)
         return 2
-    data = measure_jax() if what == "jax" else measure_torch_gloo()
+    data = measures[what]()
     data["load_average"] = list(os.getloadavg())
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"bench_relayout_wall.{what}.json").write_text(json.dumps(data, indent=1) + "\n", "utf-8")
