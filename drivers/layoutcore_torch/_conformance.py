@@ -159,7 +159,7 @@ class TorchAdapter(ConformanceAdapter):
 
 #: NumPy (ml_dtypes) dtype name -> (same-width integer NumPy dtype, torch dtype name): the dtypes whose
 #: bits cross between torch and NumPy through an integer view.
-_VIEWED = {
+_VIEWED: dict[str, tuple[np.dtype[Any], str]] = {
     "bfloat16": (np.dtype("int16"), "bfloat16"),
     "float8_e4m3fn": (np.dtype("uint8"), "float8_e4m3fn"),
     "float8_e5m2": (np.dtype("uint8"), "float8_e5m2"),
