@@ -255,3 +255,24 @@ def test_orbax_storage_variants(tmp_path: Path) -> None:
         for key, value in expected.items():
             got = lc.to_numpy(out[key])
             assert got.dtype == value.dtype and np.array_equal(got, value)
+
+
+def test_target_forms_on_a_foreign_checkpoint(orbax_dir: Path) -> None:
+    """A tree of the saved structure, a LayoutMap, and TensorSpecs: the layoutcore format's forms."""
+    import numpy as np
+    from oracle import orbax_arrays
+
+    g = orbax_arrays()
+    mesh = lc.Mesh((4,), ("m",))
+    tree = {"params": {"dense": {"kernel": lc.Layout(("m", None), mesh)}}}
+    out = ckpt.load(orbax_dir, tree, driver="numpy")
+    assert lc.fetch_layout(out["params"]["dense"]["kernel"]) == lc.Layout(("m", None), mesh)
+    assert np.array_equal(lc.to_numpy(out["params"]["dense"]["kernel"]), g["params/dense/kernel"])
+    lm = lc.LayoutMap(mesh)
+    lm["emb"] = (None, "m")
+    out = ckpt.load(orbax_dir, lm, driver="numpy")
+    assert lc.fetch_layout(out["params"]["emb"]).axes == (None, "m")
+    assert lc.fetch_layout(out["rep"]) == lc.Layout((None, None), mesh)  # unmatched: replicated (on_missing)
+    wrong = lc.TensorSpec((8, 12), "bfloat16", lc.Layout((None, None), mesh))
+    with pytest.raises(lc.LayoutMismatchError, match="params/dense/kernel"):
+        ckpt.load(orbax_dir, {"params/dense/kernel": wrong}, driver="numpy")
