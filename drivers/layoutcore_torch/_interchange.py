@@ -85,7 +85,8 @@ def layout_from_torch(placements: Sequence[Any], mesh: Mesh, rank: int) -> Layou
 
     A ``_StridedShard`` set is matched against :func:`to_placements` of every order of its
     mesh axes; a set no order produces (a split factor torch accepts but that is no mesh-axis
-    order) is refused.
+    order) is refused. Orders that differ only in where size-1 mesh axes go give the same
+    placements (and blocks); they come back in mesh order.
 
     Raises:
         UnsupportedLayoutError: ``Partial`` (``feature="partial"``), an unknown placement, or a
