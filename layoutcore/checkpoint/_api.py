@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._mesh import Mesh
 from .._tensor_spec import TensorSpec, device_bounds
+from ._engine import engine_for
 from ._format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -69,7 +71,7 @@ class ReadPlan:
     """The bytes a load reads, computed from metadata before any data is read.
 
     Attributes:
-        reads: ``(file, offset, length)`` per merged byte range, by file then offset.
+        reads: ``(file, offset, length)`` per merged byte range: by tensor, then file and offset.
         read_bytes: total bytes of ``reads`` (data and chunk checksums).
         floor_bytes: each distinct element the devices need, once, times its item size.
         amplification: ``read_bytes / floor_bytes`` (1.0 when nothing is needed).
@@ -129,7 +131,7 @@ def _rebuild(node: Mapping[str, Any], values: Mapping[str, Any]) -> Any:
     if kind == "namedtuple":
         import collections
 
-        return collections.namedtuple(node["n"], node["f"])(*subs)  # type: ignore[misc]
+        return collections.namedtuple(node["n"], node["f"])(*subs)
     return subs if kind == "list" else tuple(subs)
 
 
@@ -290,7 +292,9 @@ def save(
         sync: ``fsync`` every file before the commit (durable across power loss; slower).
 
     Every distinct block is written once, by the process holding its lowest-numbered replica,
-    from that device's local component; nothing is gathered. The checkpoint appears at ``path``
+    from that device's local component; nothing is gathered. In a multi-process run (JAX
+    ``jax.distributed``, a torch process group) every process calls ``save``; the commit
+    follows a barrier on the framework's engine, and every process returns after it. The checkpoint appears at ``path``
     by one ``rename`` after everything is written, so a reader (or a save killed halfway)
     never leaves a partial checkpoint at ``path``.
 
@@ -304,21 +308,31 @@ def save(
         )
     leaves: list[tuple[str, Any]] = []
     structure = _walk(tree, leaves)
+    prepared = [(p, _leaf(p, v)) for p, v in leaves]
+    engine = engine_for(next((lf.driver.name for _, lf in prepared if lf.driver is not None), None))
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
-    os.makedirs(tmp)
+    if engine.size == 1:
+        tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
+        os.makedirs(tmp)
+    else:
+        # every process writes into one directory, named alike by all; rank 0 clears a stale one
+        tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{engine.name}-{engine.size}")
+        if engine.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        engine.barrier(f"layoutcore.checkpoint.save:start:{target}")
     try:
         entries, files, total = {}, [], 0
         groups: set[str] = set()
-        for leaf_path, value in leaves:
-            leaf = _leaf(leaf_path, value)
+        for leaf_path, leaf in prepared:
             spec = leaf.spec
             storage = _storage(leaf_path, spec, read_layouts)
             owners = _owners(spec)
             local = {p: i for i, p in enumerate(leaf.positions)}
             for p, index in owners.items():
-                if p in local:
+                # plain values are the same on every process: the first process writes them
+                if p in local and (not leaf.plain or engine.rank == 0):
                     block = _host_component(leaf, leaf.components[local[p]])
                     write_shard(tmp, storage, index, block)
                 files.append(storage.shard_file(index))
@@ -326,11 +340,6 @@ def save(
             parts = storage.node.split("/")
             for i in range(1, len(parts)):
                 groups.add("/".join(parts[:i]))
-            node_dir = os.path.join(tmp, storage.node)
-            os.makedirs(node_dir, exist_ok=True)
-            attrs = {"layoutcore": {"dtype": spec.dtype, "path": leaf_path, "spec": spec.to_dict()}}
-            write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
-            files.append(storage.node + "/zarr.json")
             entries[leaf_path] = {
                 "chunk": list(storage.chunk),
                 "node": storage.node,
@@ -339,12 +348,13 @@ def save(
                 "spec": spec.to_dict(),
                 "storage_dtype": storage_dtype(spec.dtype),
             }
-        for g in sorted(groups):
-            write_json(os.path.join(tmp, g, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": {}})
-            files.append(g + "/zarr.json")
-        root_attrs = {"layoutcore": {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}}
-        write_json(os.path.join(tmp, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": root_attrs})
-        files += ["zarr.json", META]
+            if engine.rank == 0:
+                node_dir = os.path.join(tmp, storage.node)
+                os.makedirs(node_dir, exist_ok=True)
+                attrs = {"layoutcore": {"dtype": spec.dtype, "path": leaf_path, "spec": spec.to_dict()}}
+                write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
+            files.append(storage.node + "/zarr.json")
+        files += [g + "/zarr.json" for g in sorted(groups)] + ["zarr.json", META]
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -354,17 +364,31 @@ def save(
             "files": sorted(files),
         }
         if sync:
-            _fsync_tree(tmp)
-        # the marker: a directory without layoutcore.json is not a checkpoint
-        write_json(os.path.join(tmp, META), meta)
-        if sync:
-            _fsync_path(os.path.join(tmp, META))
-            _fsync_path(tmp)
-        _commit(tmp, target)
-        if sync:
-            _fsync_path(parent)
+            _fsync_tree(tmp, mine_only=engine.size > 1)
+        engine.barrier(f"layoutcore.checkpoint.save:written:{target}")  # every shard is on disk
+        if engine.rank == 0:
+            for g in sorted(groups):
+                write_json(
+                    os.path.join(tmp, g, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": {}}
+                )
+            root_attrs = {"layoutcore": {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}}
+            write_json(
+                os.path.join(tmp, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": root_attrs}
+            )
+            if sync:
+                _fsync_tree(tmp)
+            # the marker: a directory without layoutcore.json is not a checkpoint
+            write_json(os.path.join(tmp, META), meta)
+            if sync:
+                _fsync_path(os.path.join(tmp, META))
+                _fsync_path(tmp)
+            _commit(tmp, target)
+            if sync:
+                _fsync_path(parent)
+        engine.barrier(f"layoutcore.checkpoint.save:committed:{target}")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if engine.size == 1:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return _info_from_meta(target, meta)
 
@@ -377,7 +401,8 @@ def _fsync_path(p: str) -> None:
         os.close(fd)
 
 
-def _fsync_tree(root: str) -> None:
+def _fsync_tree(root: str, mine_only: bool = False) -> None:
+    del mine_only  # fsync is cheap on files already flushed; every process may sync the shared tree
     for dirpath, _, filenames in os.walk(root):
         for f in filenames:
             _fsync_path(os.path.join(dirpath, f))
@@ -453,9 +478,31 @@ def _read_meta(path: str) -> tuple[dict[str, Any], int]:
     return meta, len(raw)
 
 
+def _spec(data: Mapping[str, Any], memo: dict[Any, TensorSpec]) -> TensorSpec:
+    mesh = data["layout"]["mesh"]
+    devices = mesh["devices"]
+    key = (
+        tuple(data["shape"]),
+        data["dtype"],
+        tuple(tuple(a) for a in data["layout"]["axes"]),
+        tuple(mesh["shape"]),
+        tuple(mesh["axis_names"]),
+        None if devices is None else tuple(devices),
+        mesh["name"],
+        data.get("version"),
+        data.get("chunking"),
+        data.get("format"),
+    )
+    spec = memo.get(key)
+    if spec is None:
+        spec = memo[key] = TensorSpec.from_dict(data)
+    return spec
+
+
 def _info_from_meta(path: str, meta: Mapping[str, Any]) -> CheckpointInfo:
     try:
-        tensors = {p: TensorSpec.from_dict(e["spec"]) for p, e in meta["tensors"].items()}
+        memo: dict[Any, TensorSpec] = {}  # models repeat (shape, dtype, layout): parse each once
+        tensors = {p: _spec(e["spec"], memo) for p, e in meta["tensors"].items()}
         chunks = {p: tuple(e["chunk"]) for p, e in meta["tensors"].items()}
         plain = frozenset(p for p, e in meta["tensors"].items() if e.get("plain"))
     except (KeyError, TypeError, LayoutError) as exc:
@@ -476,14 +523,33 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
     if foreign is not None:
         from ._foreign import inspect as foreign_inspect
 
-        return foreign_inspect(foreign)  # type: ignore[no-any-return]
+        return foreign_inspect(foreign)
     meta, _ = _read_meta(target)
     return _info_from_meta(target, meta)
 
 
-def _stored(path: str, entry: Mapping[str, Any], spec: TensorSpec) -> StoredTensor:
-    storage = ArrayStorage(entry["node"], spec.shape, spec.dtype, tuple(entry["shard"]), tuple(entry["chunk"]))
-    return storage.stored_tensor(path)
+@functools.lru_cache(maxsize=256)
+def _stored_geometry(
+    shape: tuple[int, ...], dtype: str, shard: tuple[int, ...], chunk: tuple[int, ...]
+) -> StoredTensor:
+    """The pieces of a stored array, files named relative to its zarr node (shared by equal geometries)."""
+    return ArrayStorage(".", shape, dtype, shard, chunk).stored_tensor("")
+
+
+@functools.lru_cache(maxsize=256)
+def _bounds_cached(shape: tuple[int, ...], mesh_shape: tuple[int, ...], dim_axes: Any) -> tuple[Any, Any]:
+    return device_bounds(shape, mesh_shape, dim_axes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Geometry:
+    """A tensor's reads for one target, independent of its name: shared by every tensor alike."""
+
+    reads: TensorReads
+    box_of: tuple[int, ...]  # per local position: index into reads.boxes
+    ranges: np.ndarray[Any, Any]  # merged (file index, offset, length) rows
+    files: tuple[str, ...]  # piece files relative to the node, indexed by ranges[:, 0]
+    read_bytes: int
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -543,13 +609,18 @@ def _target_layout(path: str, saved: TensorSpec, want: Any) -> Layout:
     return layout
 
 
+@functools.lru_cache(maxsize=64)
+def _all_positions(size: int) -> list[int]:
+    return list(range(size))
+
+
 def _positions(layout: Layout, process_devices: Any, driver: Any) -> list[int]:
     mesh = layout.mesh
     assert mesh is not None
     if driver is not None:
         return list(driver.local_positions(mesh, driver.bind_mesh(mesh)))
     if process_devices is None:
-        return list(range(mesh.size))
+        return _all_positions(mesh.size)
     out = []
     for d in process_devices:
         if isinstance(d, str):
@@ -568,8 +639,8 @@ class _TensorLoad:
     saved: TensorSpec
     layout: Layout
     positions: list[int]
-    box_of: list[int]  # per position: index into reads.boxes
-    reads: TensorReads
+    node: str
+    geometry: _Geometry
 
 
 def _plan_all(
@@ -585,18 +656,57 @@ def _plan_all(
     info = _info_from_meta(path, meta)
     wanted = _flat_target(target, info.tensors)
     plans = []
+    cache: dict[Any, _Geometry] = {}
     for p, saved in info.tensors.items():
         layout = _target_layout(p, saved, wanted.get(p))
         positions = _positions(layout, process_devices, driver)
-        spec = TensorSpec(saved.shape, saved.dtype, layout)
-        starts, stops = device_bounds(spec.shape, spec.mesh.shape, spec.layout.dim_axes)
-        boxes = [(tuple(starts[q].tolist()), tuple((stops[q] - starts[q]).tolist())) for q in positions]
-        index: dict[Any, int] = {}
-        box_of = [index.setdefault(b, len(index)) for b in boxes]
-        stored = _stored(p, meta["tensors"][p], saved)
-        reads = plan_tensor(stored, list(index), granularity=granularity, with_copies=with_copies)  # type: ignore[arg-type]
-        plans.append(_TensorLoad(p, saved, layout, positions, box_of, reads))
+        entry = meta["tensors"][p]
+        mesh = layout.mesh
+        assert mesh is not None
+        key = (
+            saved.shape,
+            saved.dtype,
+            tuple(entry["shard"]),
+            tuple(entry["chunk"]),
+            mesh.shape,
+            layout.dim_axes,
+            tuple(positions),
+            granularity,
+        )
+        geo = cache.get(key)
+        if geo is None:
+            geo = cache[key] = _geometry(key, positions, with_copies)
+        plans.append(_TensorLoad(p, saved, layout, positions, entry["node"], geo))
     return meta, plans, meta_bytes
+
+
+def _geometry(key: tuple[Any, ...], positions: list[int], with_copies: bool) -> _Geometry:
+    shape, dtype, shard, chunk, mesh_shape, dim_axes, _, granularity = key
+    starts, stops = _bounds_cached(shape, mesh_shape, dim_axes)
+    pos = np.asarray(positions, dtype=np.int64)
+    both = np.concatenate([starts[pos], stops[pos] - starts[pos]], axis=1) if len(pos) else np.zeros((0, 0))
+    if len(pos):
+        uniq, first, inverse = np.unique(both, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # boxes in order of first appearance
+        rank_of = np.empty_like(order)
+        rank_of[order] = np.arange(len(order))
+        rank = len(shape)
+        boxes = [(tuple(r[:rank]), tuple(r[rank:])) for r in uniq[order].tolist()]
+        box_of = tuple(rank_of[np.asarray(inverse).reshape(-1)].tolist())
+    else:
+        boxes, box_of = [], ()
+    stored = _stored_geometry(shape, dtype, shard, chunk)
+    reads = plan_tensor(stored, boxes, granularity=granularity, with_copies=with_copies)
+    files = sorted({stored.pieces[pr.piece].file for pr in reads.pieces})  # "./c/0/0" ...
+    file_index = {f: i for i, f in enumerate(files)}
+    rows = []
+    for f in files:
+        runs = [pr.runs for pr in reads.pieces if stored.pieces[pr.piece].file == f]
+        merged = merge_ranges(np.concatenate(runs))
+        rows.append(np.column_stack([np.full(len(merged), file_index[f], dtype=np.int64), merged]))
+    ranges = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+    rel = tuple(f[2:] if f.startswith("./") else f for f in files)
+    return _Geometry(reads, box_of, ranges, rel, int(ranges[:, 2].sum()) if len(ranges) else 0)
 
 
 def read_plan(
@@ -626,27 +736,21 @@ def read_plan(
     if foreign is not None:
         from ._foreign import read_plan as foreign_plan
 
-        return foreign_plan(foreign, target, process_devices=devices)  # type: ignore[no-any-return]
+        return foreign_plan(foreign, target, process_devices=devices)
     _, plans, meta_bytes = _plan_all(
         target_path, target, process_devices=devices, granularity=granularity, with_copies=False
     )
-    per_file: dict[str, list[np.ndarray[Any, Any]]] = {}
     tensors = {}
-    floor = 0
-    for tl in plans:
-        floor += tl.reads.floor_bytes
-        tread = 0
-        for pr in tl.reads.pieces:
-            f = tl.reads.tensor.pieces[pr.piece].file
-            per_file.setdefault(f, []).append(pr.runs)
-            tread += int(pr.runs[:, 1].sum())
-        tensors[tl.path] = (tread, tl.reads.floor_bytes)
+    floor = total = 0
     reads: list[tuple[str, int, int]] = []
-    total = 0
-    for f in sorted(per_file):
-        merged = merge_ranges(np.concatenate(per_file[f]))
-        total += int(merged[:, 1].sum())
-        reads.extend((f, int(o), int(n)) for o, n in merged.tolist())
+    for tl in plans:
+        geo = tl.geometry
+        floor += geo.reads.floor_bytes
+        total += geo.read_bytes
+        tensors[tl.path] = (geo.read_bytes, geo.reads.floor_bytes)
+        prefix = tl.node + "/"
+        names = [prefix + f for f in geo.files]
+        reads.extend((names[i], o, n) for i, o, n in geo.ranges.tolist())
     amp = total / floor if floor else 1.0
     return ReadPlan(tuple(reads), total, floor, amp, meta_bytes, tensors)
 
@@ -689,11 +793,12 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     try:
         for tl in plans:
             dtype = numpy_dtype(tl.saved.dtype)
-            outs = [np.empty(sizes, dtype=dtype) for _, sizes in tl.reads.boxes]
-            read_boxes(target_path, tl.reads, outs, checkpoint=target_path, fds=fds)
+            reads = tl.geometry.reads
+            outs = [np.empty(sizes, dtype=dtype) for _, sizes in reads.boxes]
+            read_boxes(target_path, reads, outs, checkpoint=target_path, fds=fds, tensor_path=tl.path, node=tl.node)
             used: set[int] = set()
             components = []
-            for b in tl.box_of:
+            for b in tl.geometry.box_of:
                 # replicas get their own copy: a driver may keep the array, and must own each rank's storage
                 components.append(outs[b] if b not in used else outs[b].copy())
                 used.add(b)

@@ -282,12 +282,16 @@ def read_boxes(
     *,
     checkpoint: str | None = None,
     fds: dict[str, int] | None = None,
+    tensor_path: str | None = None,
+    node: str = "",
 ) -> None:
     """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
 
     Each piece's runs are read with ``os.preadv`` into one buffer spanning them (or straight
     into the destination when the piece maps onto a contiguous part of it), so the bytes read
-    are exactly ``reads.read_bytes``. Checksums of pieces read whole are verified.
+    are exactly ``reads.read_bytes``. Checksums of pieces read whole are verified. Piece files
+    are ``root/node/file``; ``tensor_path`` (default ``reads.tensor.path``) names the tensor in
+    errors, and ``fds`` (file -> descriptor) keeps files open across calls.
 
     Raises:
         CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
@@ -295,13 +299,14 @@ def read_boxes(
     """
     tensor, item = reads.tensor, reads.tensor.itemsize
     name = checkpoint or root
+    tpath = tensor.path if tensor_path is None else tensor_path
     if reads.uncovered:
         box = reads.boxes[reads.uncovered[0]]
         raise CheckpointError(
-            f"Checkpoint {name}: tensor {tensor.path!r} has no stored data for the box {box} (offsets, sizes); "
+            f"Checkpoint {name}: tensor {tpath!r} has no stored data for the box {box} (offsets, sizes); "
             "the checkpoint is incomplete.",
             path=name,
-            tensor=tensor.path,
+            tensor=tpath,
         )
     dtype = numpy_dtype(tensor.dtype)
     own = fds is None
@@ -309,7 +314,8 @@ def read_boxes(
     try:
         for pr in reads.pieces:
             piece = tensor.pieces[pr.piece]
-            fd = _open(root, piece.file, opened, name, tensor.path)
+            file = _joined(node, piece.file)
+            fd = _open(root, file, opened, name, tpath)
             runs = pr.runs
             span_lo = int(runs[0, 0])
             span_hi = int(runs[-1, 0] + runs[-1, 1])
@@ -318,18 +324,18 @@ def read_boxes(
                 buf = direct
                 tail = np.empty(CRC_BYTES, dtype=np.uint8) if pr.whole and piece.crc32c_at is not None else None
                 views = [buf] if tail is None else [buf, tail]
-                _preadv_all(fd, views, span_lo, span_hi - span_lo, name, piece.file, tensor.path)
+                _preadv_all(fd, views, span_lo, span_hi - span_lo, name, file, tpath)
                 if tail is not None:
-                    _check_crc(buf, tail, name, piece.file, tensor.path)
+                    _check_crc(buf, tail, name, file, tpath)
                 continue
             buf = np.empty(span_hi - span_lo, dtype=np.uint8)
             for off, length in runs.tolist():
-                _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, piece.file, tensor.path)
+                _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
             nbytes = math.prod(piece.shape) * item
             if pr.whole and piece.crc32c_at is not None:
                 data = buf[piece.offset - span_lo : piece.offset - span_lo + nbytes]
                 crc = buf[piece.crc32c_at - span_lo : piece.crc32c_at - span_lo + CRC_BYTES]
-                _check_crc(data, crc, name, piece.file, tensor.path)
+                _check_crc(data, crc, name, file, tpath)
             strides = _strides(piece.shape, item)
             for b, a, z in pr.copies:
                 rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
@@ -343,6 +349,12 @@ def read_boxes(
         if own:
             for fd in opened.values():
                 os.close(fd)
+
+
+def _joined(node: str, file: str) -> str:
+    if not node:
+        return file
+    return node + "/" + (file[2:] if file.startswith("./") else file)
 
 
 def _strides(shape: Sequence[int], item: int) -> tuple[int, ...]:

@@ -1,0 +1,55 @@
+"""The framework's own multi-process engine, as a checkpoint needs it: rank, size, barrier.
+
+Found from the driver of the tensors being saved, without importing a framework that is not
+loaded already: JAX (``jax.distributed``: ``process_index``/``process_count``, barrier
+``multihost_utils.sync_global_devices``) and torch (a real ``torch.distributed`` group, not
+layoutcore's single-process simulation: ``get_rank``/``get_world_size``/``barrier``). Every other
+case (NumPy, TF in one client, a single process) is one process.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Engine", "engine_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """Rank and size of the process group, and its barrier (a no-op for one process)."""
+
+    name: str
+    rank: int
+    size: int
+    _barrier: Any = None
+
+    def barrier(self, tag: str) -> None:
+        """Wait until every process reached the barrier named ``tag``."""
+        if self.size > 1 and self._barrier is not None:
+            self._barrier(tag)
+
+
+SINGLE = Engine("single", 0, 1)
+
+
+def engine_for(driver_name: str | None) -> Engine:
+    """The engine of ``driver_name``'s framework, or one process."""
+    if driver_name == "jax" and "jax" in sys.modules:
+        import jax
+
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            return Engine("jax", jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
+    if driver_name == "torch" and "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            from ..driver._registry import get_driver
+
+            world = get_driver("torch").world()  # type: ignore[attr-defined]
+            if not getattr(world, "simulated", False):
+                return Engine("torch", dist.get_rank(), dist.get_world_size(), lambda tag: dist.barrier())
+    return SINGLE

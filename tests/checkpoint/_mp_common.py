@@ -1,0 +1,23 @@
+"""Oracle values and target layouts shared by the 2-process checkpoint test and its workers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layoutcore import Layout, Mesh
+
+SHAPES = {"w": (1024, 2048), "u": (1024, 2048), "r": (64, 64)}
+
+
+def oracle(name: str) -> np.ndarray:
+    rng = np.random.default_rng(sum(map(ord, name)))
+    return rng.standard_normal(SHAPES[name]).astype(np.float32)
+
+
+def targets(n: int) -> tuple[dict[str, Layout], dict[str, Layout]]:
+    """Declared and undeclared targets on an ``n``-device mesh of another shape than ``(n,)``."""
+    mesh = Mesh((2, n // 2), ("a", "b")) if n > 2 else Mesh((1, 2), ("a", "b"))
+    cols = Layout((None, ("a", "b")), mesh)
+    declared = {"w": cols, "u": Layout(("a", "b"), mesh), "r": Layout(("b", None), mesh)}
+    undeclared = {"w": Layout(("b", None), mesh), "u": cols, "r": Layout((None, "a"), mesh)}
+    return declared, undeclared

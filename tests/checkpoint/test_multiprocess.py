@@ -1,0 +1,111 @@
+"""Two processes on each framework's own engine (JAX jax.distributed, torch gloo).
+
+Both save one checkpoint together (each its own blocks, the commit after a barrier), then each
+loads it under another mesh shape reading only its devices' byte ranges, measured by the kernel
+(``/proc/self/io`` ``rchar``, files evicted from the page cache first) against ``read_plan``.
+A checkpoint saved by one process loads in two, and the one saved by two loads in one.
+Every child runs under a deadline and is killed on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import layoutcore as lc
+from layoutcore import Layout, Mesh, checkpoint
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _mp_common import oracle, targets  # noqa: E402
+from test_matrix import _python  # noqa: E402
+
+WORKER = Path(__file__).with_name("_mp_worker.py")
+DEVICES = {"jax": 8, "torch": 2}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
+    python = _python(framework)
+    if python is None:
+        pytest.skip(f"no interpreter with {framework} installed")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
+    env["JAX_PLATFORMS"] = "cpu"
+    procs = [
+        subprocess.Popen(
+            [python, str(WORKER), framework, str(i), str(port), str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in (0, 1)
+    ]
+    deadline = time.monotonic() + 300
+    outputs = []
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    results = []
+    for rc, out, err in outputs:
+        assert rc == 0, f"{framework} worker failed (rc {rc}):\n{out[-2000:]}\n{err[-4000:]}"
+        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        results.append(json.loads(line[len("RESULT ") :]))
+    return results
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_two_processes_save_and_load_reading_only_their_bytes(framework: str, tmp_path: Path) -> None:
+    n = DEVICES[framework]
+    declared, _ = targets(n)
+    one_mesh = Mesh((8,), ("x",))
+    checkpoint.save(  # saved by one process (this one, NumPy driver, 8 devices)
+        tmp_path / "one",
+        {k: lc.distribute_tensor(oracle(k), Layout(("x", None), one_mesh)) for k in ("w", "u", "r")},
+        read_layouts={"w": declared["w"]},
+    )
+    results = _run_pair(framework, tmp_path)
+    print(json.dumps(results))
+    assert sorted(r["process"] for r in results) == [0, 1]
+    for r in results:
+        assert r["devices"] == n
+        for case in ("declared", "undeclared", "from_one"):
+            m = r[case]
+            assert all(m["ok"].values()), (framework, case, m["ok"])  # per device, bit for bit, with layout
+            predicted = m["plan_read"] + m["plan_meta"]
+            assert abs(m["rchar"] - predicted) <= 0.01 * predicted, (case, m)
+            assert m["plan_read"] < sum(v.nbytes for v in map(oracle, ("w", "u", "r")))  # only its share
+        decl = r["declared"]
+        assert decl["plan_read"] <= 1.05 * decl["plan_floor"], decl
+    # the replicated tensor's block is on disk once; every shard was written by one process
+    assert [p.name for p in (tmp_path / "two" / "r" / "c").rglob("*") if p.is_file()] == ["0"]
+    assert not list(tmp_path.glob(".two.tmp-*"))
+    # the checkpoint two processes saved loads in one, on another mesh
+    grid = Mesh((2, 2), ("p", "q"))
+    out = checkpoint.load(tmp_path / "two", {k: Layout(("q", "p"), grid) for k in ("w", "u", "r")})
+    for k in ("w", "u", "r"):
+        assert np.array_equal(lc.to_numpy(out[k]), oracle(k))
