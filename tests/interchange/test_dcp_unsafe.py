@@ -179,3 +179,33 @@ def test_chunk_that_does_not_tile_or_is_truncated(tmp_path: Path, fake_torch: di
     _write_dcp(tmp_path / "shape", fake_torch, a, _tensor_record(a[:2]))
     with pytest.raises(lc.CheckpointError, match="holds float32"):
         F.open_foreign(tmp_path / "shape")
+
+
+def test_value_outside_plain_data_is_listed_not_loaded(tmp_path: Path, fake_torch: dict[str, type]) -> None:
+    """A non-tensor value that is a custom class: inspect lists the tensors, load refuses, nothing runs."""
+    marker = tmp_path / "pwned"
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    d = tmp_path / "withvalue"
+    _write_dcp(d, fake_torch, a, _tensor_record(a))
+    # add a BytesStorageMetadata value whose pickle reduces os.system
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pickle.dumps(_Evil(marker), protocol=2))
+    record = evil.getvalue()
+    distcp = d / "__0_0.distcp"
+    start = distcp.stat().st_size
+    distcp.write_bytes(distcp.read_bytes() + record)
+    fake_torch["BytesStorageMetadata"] = type("BytesStorageMetadata", (), {"__module__": META})
+    sys.modules[META].BytesStorageMetadata = fake_torch["BytesStorageMetadata"]
+    raw = pickle.loads((d / ".metadata").read_bytes())
+    raw.state_dict_metadata["cfg"] = _obj(fake_torch["BytesStorageMetadata"])
+    raw.planner_data["cfg"] = ("cfg",)
+    raw.storage_data[_obj(fake_torch["MetadataIndex"], fqn="cfg", offset=None, index=None)] = _obj(
+        fake_torch["_StorageInfo"], relative_path="__0_0.distcp", offset=start, length=len(record)
+    )
+    (d / ".metadata").write_bytes(pickle.dumps(raw, protocol=2))
+    info = F.inspect(F.open_foreign(d))
+    assert set(info.tensors) == {"w"} and isinstance(info.values["cfg"], F.RefusedValue)
+    with pytest.raises(lc.CheckpointError, match=r"value 'cfg' was not loaded.*(posix|os)\.system"):
+        F.load(F.open_foreign(d), driver="numpy")
+    assert not marker.exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 from ._errors import CheckpointError, checkpoint_error
 from ._export import export_safetensors
 from ._load import ForeignInfo, ForeignReadPlan, inspect, load, read_plan, saved_spec
-from ._model import ForeignCheckpoint, ForeignTensor
+from ._model import ForeignCheckpoint, ForeignTensor, RefusedValue
 
 __all__ = [
     "FORMATS",
@@ -23,6 +23,7 @@ __all__ = [
     "ForeignInfo",
     "ForeignReadPlan",
     "ForeignTensor",
+    "RefusedValue",
     "detect",
     "export_safetensors",
     "inspect",

@@ -24,8 +24,8 @@ from typing import Any
 
 from ..._dtypes import itemsize
 from .._read_plan import StoredPiece
-from ._errors import checkpoint_error
-from ._model import Box, ForeignCheckpoint, ForeignTensor, nest
+from ._errors import CheckpointError, checkpoint_error
+from ._model import Box, ForeignCheckpoint, ForeignTensor, RefusedValue, nest
 
 __all__ = ["is_dcp", "open_dcp"]
 
@@ -271,7 +271,7 @@ def _locate_chunk(
     """Open one ``torch.save`` archive inside a ``.distcp``: (absolute data offset, tensor or value, bytes read)."""
     window = _Window(f, offset, length)
     try:
-        archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=4096))  # type: ignore[arg-type]
+        archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=4096))
         infos = {i.filename.split("/", 1)[-1]: i for i in archive.infolist()}
         pkl = archive.read(infos["data.pkl"])
     except (zipfile.BadZipFile, KeyError, OSError, EOFError, ValueError) as err:
@@ -392,7 +392,13 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
                 if info is None:
                     raise checkpoint_error(f"{name}: no stored bytes for value {fqn!r}", file=name)
                 f, key = handle(info.relative_path)
-                _, value, n = _locate_chunk(f, key, int(info.offset), int(info.length), f"value {fqn!r}")
+                try:
+                    _, value, n = _locate_chunk(f, key, int(info.offset), int(info.length), f"value {fqn!r}")
+                except CheckpointError as err:
+                    # a non-tensor value that is not plain data (a custom class): never unpickled;
+                    # the tensors stay inspectable, and loading the tree raises this error
+                    values[tree_path] = RefusedValue(tree_path, str(err), key)
+                    continue
                 read += n
                 values[tree_path] = value
                 continue

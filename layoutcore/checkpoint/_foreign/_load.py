@@ -24,7 +24,8 @@ from ..._tensor_spec import TensorSpec, device_bounds
 from .._api import CheckpointInfo, ReadPlan, _flat_target, _positions, _target_layout
 from .._read_plan import merge_ranges
 from ._boxes import layout_from_boxes
-from ._model import Box, ForeignCheckpoint, ForeignTensor, map_tree
+from ._errors import checkpoint_error
+from ._model import Box, ForeignCheckpoint, ForeignTensor, RefusedValue, map_tree
 
 __all__ = ["ForeignInfo", "ForeignReadPlan", "inspect", "load", "read_plan", "saved_spec"]
 
@@ -156,6 +157,11 @@ def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> 
     from ...driver._registry import get_driver
 
     drv = get_driver(driver)
+    for value in ckpt.values.values():
+        if isinstance(value, RefusedValue):
+            raise checkpoint_error(
+                f"{ckpt.path}: value {value.path!r} was not loaded: {value.message}", file=value.file
+            )
     results: dict[str, Any] = dict(ckpt.values)
     fds: dict[str, int] = {}
     try:

@@ -20,7 +20,7 @@ from ..._dtypes import itemsize, numpy_dtype
 from ..._layout import Layout
 from .._read_plan import StoredPiece, StoredTensor, plan_tensor, read_boxes
 
-__all__ = ["Box", "ForeignCheckpoint", "ForeignTensor", "map_tree", "nest"]
+__all__ = ["Box", "ForeignCheckpoint", "ForeignTensor", "RefusedValue", "map_tree", "nest"]
 
 #: ``(offsets, sizes)`` of a box of a tensor, one int per axis.
 Box = tuple[tuple[int, ...], tuple[int, ...]]
@@ -57,6 +57,18 @@ class ForeignTensor:
     def stored(self) -> StoredTensor:
         """The tensor as the read core's :class:`StoredTensor`."""
         return StoredTensor(self.path, self.shape, self.dtype, self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedValue:
+    """A stored non-tensor value that was not unpickled (outside the plain-data allow-list).
+
+    ``inspect`` lists it; ``load`` raises ``CheckpointError`` with ``message`` (naming ``file``).
+    """
+
+    path: str
+    message: str
+    file: str
 
 
 @dataclass(slots=True)
