@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from layoutcore import Capability, Layout, LayoutError, TensorSpec, UnsupportedLayoutError
+from layoutcore import Layout, LayoutError, TensorSpec, UnsupportedLayoutError
+from layoutcore.driver import Capability
 
 from ._convert import from_tensorflow_layout, to_tensorflow_layout
 
