@@ -35,6 +35,16 @@ def test_layout_from_boxes_has_exactly_those_blocks(spec: TensorSpec) -> None:
     assert _distinct(TensorSpec(spec.shape, spec.dtype, inferred)) == set(chunks)
 
 
+def test_spec_from_boxes_refuses_irregular_boxes() -> None:
+    from layoutcore.checkpoint._foreign._boxes import spec_from_boxes
+
+    spec = spec_from_boxes((5, 2), "float32", [((0, 0), (3, 2)), ((3, 0), (2, 2))])
+    assert spec.layout == lc.Layout(("d0", None), lc.Mesh((2,), ("d0",)))
+    with pytest.raises(lc.UnsupportedLayoutError, match="blocks of no layout") as err:
+        spec_from_boxes((6,), "float32", [((0,), (4,)), ((4,), (2,))])
+    assert err.value.feature == "placement"
+
+
 def test_layout_from_irregular_boxes_is_none() -> None:
     assert layout_from_boxes((6,), [((0,), (4,)), ((4,), (2,))]) is None  # 4 + 2 is no chunk rule
     assert layout_from_boxes((4, 4), [((0, 0), (2, 4)), ((2, 0), (2, 2)), ((2, 2), (2, 2))]) is None  # not a grid

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ... import geometry
+from ..._capabilities import Limitation
+from ..._errors import UnsupportedLayoutError
 from ..._layout import Layout
 from ..._mesh import Mesh
+from ..._tensor_spec import TensorSpec
 from ._model import Box
 
-__all__ = ["dcp_chunks", "layout_from_boxes"]
+__all__ = ["dcp_chunks", "layout_from_boxes", "spec_from_boxes"]
 
 
 def layout_from_boxes(shape: Sequence[int], boxes: Sequence[Box]) -> Layout | None:
@@ -53,6 +57,25 @@ def layout_from_boxes(shape: Sequence[int], boxes: Sequence[Box]) -> Layout | No
         return Layout((None,) * rank, Mesh((1,), ("d",)))
     mesh = Mesh(tuple(len(cuts[d]) for d in split), tuple(f"d{d}" for d in split))
     return Layout(tuple(f"d{d}" if d in split else None for d in range(rank)), mesh)
+
+
+def spec_from_boxes(shape: Sequence[int], dtype: Any, boxes: Sequence[Box]) -> TensorSpec:
+    """The :class:`TensorSpec` of a box record (DCP ``ChunkStorageMetadata``), via :func:`layout_from_boxes`.
+
+    Raises:
+        UnsupportedLayoutError: boxes that are the blocks of no layout (irregular sizes, not a
+            grid, overlaps or holes), ``feature=Limitation.PLACEMENT``, naming them.
+    """
+    layout = layout_from_boxes(shape, boxes)
+    if layout is None:
+        raise UnsupportedLayoutError(
+            f"the boxes {list(boxes)[:6]} of a tensor of shape {tuple(shape)} are the blocks of no layout (each "
+            "axis must be cut by the chunk rule and the boxes must be the full grid of those cuts)",
+            driver="torch",
+            feature=Limitation.PLACEMENT,
+            value=list(boxes),
+        )
+    return TensorSpec(tuple(shape), dtype, layout)
 
 
 def _chunk_intervals(dim: int, n: int) -> list[tuple[int, int]]:
