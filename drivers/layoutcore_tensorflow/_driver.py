@@ -296,6 +296,15 @@ class TensorFlowDriver(Driver):
                 return self._exact(dtensor.relayout(tensor, native), layout, native)
             if self._multi_client:  # blocks on other clients: DTensor's collectives, on integer bits
                 return self._exact(self._relayout_bits(tensor, native), layout, native)
+            if (
+                int(np.prod(shape, dtype=np.int64)) * tensor.dtype.size > PACK_MAX_BYTES
+                and tensor.dtype not in self._float8
+            ):
+                # Large: DTensor's collectives on an integer view made on the devices (a bitcast, or a widening
+                # cast for 1-2 byte dtypes). Through host memory the value is replicated on every device first:
+                # 64 MiB float32 (x, None) -> (None, y) took 620 ms so, DTensor's own relayout 12 ms (one loaded
+                # run). float8 has no such view (no TF op casts its bits): host memory below.
+                return self._exact(self._graph_bits_relayout(tensor, native), layout, native)
         # Another mesh, text, or a dtype DTensor's collectives do not move bit for bit (see
         # _exact_dtypes). DTensor's relayout works within one mesh, its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), and its
@@ -315,6 +324,8 @@ class TensorFlowDriver(Driver):
         return dtensor.relayout(self._graph_bits_relayout(tensor, native), native)
 
     def _graph_bits_relayout(self, tensor: Any, native: Any) -> Any:
+        """DTensor's relayout of ``tensor`` on an integer view made with TF ops (in a graph, or eagerly
+        on the devices): see :meth:`_graph_relayout`."""
         dtensor, tf = self._dtensor, self._tf
         dtype = tensor.dtype
         if dtype in self._exact_dtypes:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layoutcore_tensorflow import TensorFlowDriver, from_str, serialized_string
+from layoutcore_tensorflow import _driver as tf_driver_module
 
 import layoutcore as lc
 from layoutcore import Layout
@@ -46,6 +47,21 @@ def test_every_data_function_moves_every_bit(driver: TensorFlowDriver, name: str
 def test_relayouts_between_every_pair_of_layouts_keep_the_bits(driver: TensorFlowDriver, name: str) -> None:
     """All 12 moves among four layouts, the ones DTensor's collectives get wrong included."""
     x = random_values(name, checks.SHAPE, seed=7)
+    for source in checks.LAYOUTS:
+        t = lc.distribute_tensor(x, source)
+        for target in checks.LAYOUTS:
+            if target != source:
+                checks.assert_placed("tensorflow", lc.relayout(t, target), target, x, read)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_DTYPES if not n.startswith("float8")])
+def test_large_relayouts_move_integer_views_made_on_the_devices(
+    driver: TensorFlowDriver, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above PACK_MAX_BYTES a relayout runs DTensor's collectives on a bitcast (or widened) view; the
+    threshold is lowered so that the small test values take that path."""
+    monkeypatch.setattr(tf_driver_module, "PACK_MAX_BYTES", 0)
+    x = random_values(name, checks.SHAPE, seed=11)
     for source in checks.LAYOUTS:
         t = lc.distribute_tensor(x, source)
         for target in checks.LAYOUTS:
