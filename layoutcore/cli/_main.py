@@ -288,6 +288,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from ._render_plan import add_commands  # `plan` and `relayout-plan` (rendering lives there)
 
     add_commands(command)
+    from ._checkpoint import add_commands as add_checkpoint_commands
+
+    add_checkpoint_commands(command)
     return parser
 
 

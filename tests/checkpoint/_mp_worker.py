@@ -31,7 +31,10 @@ else:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=process_id, world_size=2,
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=process_id,
+        world_size=2,
         timeout=datetime.timedelta(seconds=90),
     )
 

@@ -25,8 +25,8 @@ import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _mp_common import oracle, targets  # noqa: E402
-from test_matrix import _python  # noqa: E402
+from _mp_common import oracle, targets
+from test_matrix import _python
 
 WORKER = Path(__file__).with_name("_mp_worker.py")
 DEVICES = {"jax": 8, "torch": 2}
