@@ -790,12 +790,22 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     meta, plans, _ = _plan_all(target_path, target, driver=drv)
     values: dict[str, Any] = {}
     fds: dict[str, int] = {}
+    scratch = [np.empty(0, dtype=np.uint8)]  # one read buffer for the whole load (peak: one stored piece)
     try:
         for tl in plans:
             dtype = numpy_dtype(tl.saved.dtype)
             reads = tl.geometry.reads
             outs = [np.empty(sizes, dtype=dtype) for _, sizes in reads.boxes]
-            read_boxes(target_path, reads, outs, checkpoint=target_path, fds=fds, tensor_path=tl.path, node=tl.node)
+            read_boxes(
+                target_path,
+                reads,
+                outs,
+                checkpoint=target_path,
+                fds=fds,
+                tensor_path=tl.path,
+                node=tl.node,
+                scratch=scratch,
+            )
             used: set[int] = set()
             components = []
             for b in tl.geometry.box_of:

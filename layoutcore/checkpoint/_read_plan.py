@@ -284,6 +284,7 @@ def read_boxes(
     fds: dict[str, int] | None = None,
     tensor_path: str | None = None,
     node: str = "",
+    scratch: list[np.ndarray[Any, Any]] | None = None,
 ) -> None:
     """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
 
@@ -291,7 +292,8 @@ def read_boxes(
     into the destination when the piece maps onto a contiguous part of it), so the bytes read
     are exactly ``reads.read_bytes``. Checksums of pieces read whole are verified. Piece files
     are ``root/node/file``; ``tensor_path`` (default ``reads.tensor.path``) names the tensor in
-    errors, and ``fds`` (file -> descriptor) keeps files open across calls.
+    errors, ``fds`` (file -> descriptor) keeps files open across calls, and ``scratch`` (a
+    one-element list holding a uint8 array) is a read buffer reused across pieces and calls.
 
     Raises:
         CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
@@ -311,6 +313,7 @@ def read_boxes(
     dtype = numpy_dtype(tensor.dtype)
     own = fds is None
     opened: dict[str, int] = {} if fds is None else fds
+    scratch = [np.empty(0, dtype=np.uint8)] if scratch is None else scratch
     try:
         for pr in reads.pieces:
             piece = tensor.pieces[pr.piece]
@@ -328,7 +331,10 @@ def read_boxes(
                 if tail is not None:
                     _check_crc(buf, tail, name, file, tpath)
                 continue
-            buf = np.empty(span_hi - span_lo, dtype=np.uint8)
+            # one scratch buffer reused for every piece: no page faults after the first (peak: one piece)
+            if scratch[0].nbytes < span_hi - span_lo:
+                scratch[0] = np.empty(span_hi - span_lo, dtype=np.uint8)
+            buf = scratch[0][: span_hi - span_lo]
             for off, length in runs.tolist():
                 _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
             nbytes = math.prod(piece.shape) * item
