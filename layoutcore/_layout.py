@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import geometry
 from ._capabilities import Capability
@@ -12,7 +12,7 @@ from ._checks import MAX_RANK, check_listed, checked_int, int_sequence, short_re
 from ._errors import LayoutError, UnsupportedLayoutError
 from ._mesh import Mesh
 
-__all__ = ["UNSHARDED", "AxisSpec", "Layout", "TensorLayout"]
+__all__ = ["UNSHARDED", "AxisSpec", "BoundLayout", "Layout", "TensorLayout"]
 
 #: TF DTensor's token for a replicated tensor axis; ``None`` means the same.
 UNSHARDED = "unsharded"
@@ -212,7 +212,7 @@ class Layout:
                 out-of-range and negative dims).
         """
         if hasattr(type(dims), "__index__") and not isinstance(dims, Iterable):
-            dims = (dims,)  # type: ignore[assignment]
+            dims = (dims,)
         wanted = set(int_sequence(dims, "delete: dims"))
         for dim in wanted:
             self._check_dim(dim, "delete: dim")
@@ -328,16 +328,38 @@ class Layout:
         return f"Layout[{entries}]{where}"
 
     # -- internals -----------------------------------------------------------------------------
-    def _require_mesh(self, what: str) -> Mesh:
-        if self.mesh is None:
+    def require_mesh(self, what: str = "This operation") -> Mesh:
+        """The layout's mesh, which must be set (what a hook's ``layout.mesh`` always is).
+
+        Raises:
+            LayoutError: the layout has no mesh (naming ``what`` needs one).
+        """
+        mesh = self.mesh
+        if mesh is None:
             raise LayoutError(f"{what} needs a layout bound to a mesh; {self!r} has none (use with_mesh).", value=self)
-        return self.mesh
+        return mesh
+
+    _require_mesh = require_mesh  # the older private spelling
 
     def _check_dim(self, dim: int, what: str = "A tensor axis") -> int:
         if self.rank == 0:
             raise LayoutError(f"{what} {short_repr(dim)}: a rank-0 layout has no tensor axes", value=dim)
         return checked_int(dim, f"{what} of {short_repr(self)}", minimum=0, maximum=self.rank - 1)
 
+
+if TYPE_CHECKING:
+
+    class BoundLayout(Layout):
+        """A :class:`Layout` whose mesh is set: what the front-end hands every hook, validated.
+
+        A static promise only (at run time it is :class:`Layout` itself): type checkers see
+        ``layout.mesh`` as a :class:`Mesh`, never ``None``.
+        """
+
+        mesh: Mesh
+
+else:
+    BoundLayout = Layout
 
 def _check_rank(rank: Any, *, minimum: int) -> int:
     return checked_int(rank, "rank", minimum=minimum, maximum=MAX_RANK)

@@ -179,17 +179,17 @@ class LayoutMap(MutableMapping[str, Layout]):
     @property
     def match(self) -> MatchMode:
         """The match mode: ``"search"``, ``"fullmatch"`` or ``"match"``."""
-        return self._match  # type: ignore[return-value]
+        return self._match
 
     @property
     def on_multiple(self) -> OnMultiple:
         """What several matching patterns do: ``"error"`` or ``"first"``."""
-        return self._on_multiple  # type: ignore[return-value]
+        return self._on_multiple
 
     @property
     def on_missing(self) -> OnMissing:
         """What applying the map does with an unmatched path: ``"replicate"``, ``"warn"`` or ``"error"``."""
-        return self._on_missing  # type: ignore[return-value]
+        return self._on_missing
 
     @property
     def cache_bytes(self) -> int:
@@ -223,7 +223,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._bigrams[pattern] = tuple(_bigrams(spelling) for spelling in self._literals[pattern])
         self._clear_cache()
 
-    def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]
+    def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]  # None for no match (keras), not KeyError
         if not isinstance(path, str):
             raise LayoutError(f"LayoutMap paths are strings. Received: {path!r}", value=path)
         if path in self._layouts:
@@ -333,7 +333,7 @@ class LayoutMap(MutableMapping[str, Layout]):
             raise UnmatchedPathError(message, paths=tuple(paths), near_misses=near)
         warnings.warn(UnmatchedPathWarning(message, paths=tuple(paths), near_misses=near), stacklevel=3)
 
-    def get(self, path: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, path: str, default: Any = None) -> Any:
         """``self[path]``, or ``default`` where no key or pattern matches."""
         result = self[path]
         return default if result is None else result
@@ -375,7 +375,7 @@ class LayoutMap(MutableMapping[str, Layout]):
             )
         return layout
 
-    def pop(self, pattern: str, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, pattern: str, *default: Any) -> Any:
         """Remove key ``pattern`` and return its layout (by key, never by pattern lookup)."""
         if pattern in self._layouts:
             layout = self._layouts[pattern]
@@ -385,7 +385,7 @@ class LayoutMap(MutableMapping[str, Layout]):
             return default[0]
         raise KeyError(pattern)
 
-    def setdefault(self, pattern: str, default: Any = None) -> Any:  # type: ignore[override]
+    def setdefault(self, pattern: str, default: Any = None) -> Any:
         """``self[pattern]`` if ``pattern`` is a key, else insert ``default`` under it (by key)."""
         if pattern not in self._layouts:
             self[pattern] = default

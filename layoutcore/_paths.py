@@ -37,7 +37,8 @@ def _rebuild(node: Any, values: list[Any]) -> Any:
         if type(node) is dict:
             return pairs
         try:  # OrderedDict, FrozenDict, ...: keep the user's mapping type where it can be rebuilt
-            return type(node)(pairs)  # type: ignore[call-arg]
+            mapping_type: Any = type(node)  # its constructor's signature is the user's
+            return mapping_type(pairs)
         except Exception:  # a mapping type that takes other arguments: a plain dict holds the same items
             return pairs
     if _is_namedtuple(node):

@@ -11,7 +11,7 @@ import difflib
 import heapq
 import re
 from collections.abc import Mapping
-from re import _parser as _sre_parser  # type: ignore[attr-defined]
+from re import _parser as _sre_parser  # type: ignore[attr-defined]  # stdlib, left out of typeshed
 from typing import Any
 
 from ._errors import LayoutError

@@ -277,11 +277,16 @@ class Plan:
         }
 
 
-def _device_bytes(layout: Layout, shape: tuple[int, ...], itemsize: int, cache: dict[Any, Any]) -> tuple[int, ...]:
+def _device_bytes(
+    layout: Layout,
+    shape: tuple[int, ...],
+    itemsize: int,
+    cache: dict[Any, Any],  # (layout, shape, itemsize) -> bytes per device; layout -> its blocks
+) -> tuple[int, ...]:
     key = (layout, shape, itemsize)
-    found = cache.get(key)
+    found: tuple[int, ...] | None = cache.get(key)
     if found is not None:
-        return found  # type: ignore[no-any-return]
+        return found
     mesh = layout.mesh
     assert mesh is not None
     blocks = cache.get(layout)

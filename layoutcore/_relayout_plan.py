@@ -162,10 +162,12 @@ def relayout_transfers(
         pieces = pieces_of.get(target_block)
         if pieces is None:
             bounds = tuple(
-                geometry._bounds(size, count, b) for size, count, b in zip(shape, target_counts, target_block, strict=True)
+                geometry._bounds(size, count, b)
+                for size, count, b in zip(shape, target_counts, target_block, strict=True)
             )
             pieces = pieces_of[target_block] = _pieces(bounds, source_counts, shape, itemsize)
-        own = None if local[dst] is None else source_blocks[local[dst]]  # type: ignore[index]
+        holder = local[dst]
+        own = None if holder is None else source_blocks[holder]
         received = 0
         for block, index, nbytes in pieces:
             if block == own:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._capabilities import Capability, Limitation
 from ._errors import LayoutError, UnsupportedLayoutError
@@ -72,7 +72,8 @@ def _backend_driver(what: str) -> Any:
 def _bind(mesh: Mesh, driver: Any) -> tuple[str, ...]:
     """The devices ``mesh`` uses on ``driver``; a mesh too big for a JAX that keras started first says so."""
     try:
-        return driver.bind_mesh(mesh)  # type: ignore[no-any-return]
+        devices: tuple[str, ...] = driver.bind_mesh(mesh)
+        return devices
     except LayoutError as exc:
         if driver.name != "jax" or (mesh.devices is not None and not mesh.devices[0].upper().startswith("CPU")):
             raise
@@ -118,7 +119,7 @@ def _axes_for_keras(layout: Layout, what: str) -> tuple[str | None, ...]:
             feature=Capability.MULTI_AXIS,
             value=layout,
         )
-    return layout.axes  # type: ignore[return-value]
+    return cast("tuple[str | None, ...]", layout.axes)  # no entry is a tuple: refused above
 
 
 def to_keras_layout(layout: Layout) -> Any:
@@ -227,7 +228,7 @@ def _model_parallel_class() -> type:
 
     # A subclass of keras' public ModelParallel (keras checks isinstance on it), initialised as its base
     # Distribution: keras' own __init__ takes only a keras LayoutMap.
-    class ModelParallel(base):  # type: ignore[misc,valid-type]
+    class ModelParallel(base):  # type: ignore[misc,valid-type]  # keras' class, found at run time
         """A keras ModelParallel laying out each variable by a layoutcore :class:`~layoutcore.LayoutMap`.
 
         A keras variable at ``variable.path`` gets ``layout_map.layout_for(variable.path,
@@ -293,7 +294,9 @@ def _model_parallel_class() -> type:
 
         @property
         def num_model_replicas(self) -> int:
-            return self._layoutcore_map.mesh.axis_size(self.batch_dim_name)  # type: ignore[union-attr]
+            mesh = self._layoutcore_map.mesh
+            assert mesh is not None, "ModelParallel's LayoutMap has a mesh"
+            return mesh.axis_size(self.batch_dim_name)
 
         def layout_for(self, path: str, shape: Any) -> Layout:
             """The layoutcore layout a keras variable at ``path`` with ``shape`` gets."""

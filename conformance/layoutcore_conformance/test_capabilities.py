@@ -46,7 +46,7 @@ def _call(op: str, case: Case, adapter: ConformanceAdapter) -> Callable[[], Any]
         return lambda: lc.distribute_tensor(x, layout)
     if op == "relayout":
         # The source is replicated on the same mesh, which every driver holds.
-        source = lc.distribute_tensor(x, lc.Layout.replicated(layout.mesh, layout.rank))  # type: ignore[arg-type]
+        source = lc.distribute_tensor(x, lc.Layout.replicated(layout.require_mesh(), layout.rank))
         return lambda: lc.relayout(source, layout)
     if op == "pack":
         pieces = [adapter.from_numpy(np.array(x[sl])) for sl in case.slices()]

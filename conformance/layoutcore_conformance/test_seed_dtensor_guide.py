@@ -34,7 +34,7 @@ def mesh_2d() -> lc.Mesh:
 
 def dtensor_from_array(arr: Any, layout: lc.Layout) -> Any:
     """The guide's helper: replicate the input to the mesh, then shard the copy to ``layout``."""
-    a = lc.copy_to_mesh(arr, layout=lc.Layout.replicated(layout.mesh, rank=layout.rank))  # type: ignore[arg-type]
+    a = lc.copy_to_mesh(arr, layout=lc.Layout.replicated(layout.require_mesh(), rank=layout.rank))
     return lc.relayout(a, layout=layout)
 
 

@@ -161,7 +161,7 @@ def to_partition_spec(layout: Layout) -> PartitionSpec:
 def _to_partition_spec(axes: tuple[Any, ...]) -> PartitionSpec:
     from jax.sharding import PartitionSpec
 
-    return PartitionSpec(*axes)  # type: ignore[no-untyped-call]
+    return PartitionSpec(*axes)
 
 
 def to_named_sharding(layout: Layout, *, axis_types: AxisTypeName = "auto") -> NamedSharding:

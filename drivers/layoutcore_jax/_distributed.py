@@ -92,9 +92,9 @@ def initialize_distributed(
 
     try:
         if local_device_count is not None:
-            jax.config.update("jax_num_cpu_devices", local_device_count)  # type: ignore[no-untyped-call]
+            jax.config.update("jax_num_cpu_devices", local_device_count)
         elif not _runtime._user_chose_count():
-            jax.config.update("jax_num_cpu_devices", cpu_device_count())  # type: ignore[no-untyped-call]
+            jax.config.update("jax_num_cpu_devices", cpu_device_count())
     except RuntimeError as exc:
         raise DistributedInitError(
             "initialize_distributed must run before any JAX operation (including the jax driver's first use), "

@@ -190,15 +190,15 @@ class JaxDriver(Driver):
         """
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
-        return self._sharding(layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+        return self._sharding(layout, self.bind_mesh(layout.require_mesh()))
 
     def _sharding(self, layout: Layout, devices: tuple[str, ...]) -> NamedSharding:
         sharding = self._shardings.get(layout)
         if sharding is None:
-            mesh: Mesh = layout.mesh  # type: ignore[assignment]
+            mesh = layout.require_mesh()
             concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
             sharding = self._shardings.put(layout, _to_named_sharding(Layout(layout.axes, concrete), self._axis_types))
-        return sharding  # type: ignore[no-any-return]
+        return sharding
 
     # -- required hooks --------------------------------------------------------------------------
     def list_devices(self, device_type: str | None = None) -> list[str]:
@@ -318,7 +318,7 @@ class JaxDriver(Driver):
         by_device = {shard.device: shard.data for shard in shards}
         # addressable_shards follows the mesh's device order today; ordering by the mesh makes
         # that a guarantee of ours rather than an accident of JAX's.
-        return [by_device[d] for d in self._device_order(sharding.mesh) if d in by_device]  # type: ignore[attr-defined]
+        return [by_device[d] for d in self._device_order(sharding.mesh) if d in by_device]
 
     def _device_order(self, jax_mesh: jax.sharding.Mesh) -> tuple[jax.Device, ...]:
         order = self._mesh_order.get(jax_mesh)
@@ -331,7 +331,7 @@ class JaxDriver(Driver):
     ) -> jax.Array:
         jax = self._jax
         sharding = self._sharding(layout, devices)
-        positions = self.local_positions(layout.mesh, devices)  # type: ignore[arg-type]
+        positions = self.local_positions(layout.require_mesh(), devices)
         # device_put onto the component's own device is free for a jax.Array already there.
         arrays = [
             jax.device_put(

@@ -18,7 +18,7 @@ def _jax_cpu_setting() -> int:
     """JAX's ``jax_num_cpu_devices`` (-1: not set)."""
     import jax
 
-    return int(jax.config.jax_num_cpu_devices)  # type: ignore[attr-defined]
+    return int(jax.config.jax_num_cpu_devices)
 
 
 def _user_chose_count() -> bool:
@@ -61,7 +61,7 @@ def configure_cpu_devices() -> None:
                 )
         else:
             try:
-                jax.config.update("jax_num_cpu_devices", wanted)  # type: ignore[no-untyped-call]
+                jax.config.update("jax_num_cpu_devices", wanted)
             except RuntimeError:
                 # JAX refuses once its backends exist: its devices stand.
                 have = len(jax.devices("cpu"))

@@ -118,7 +118,7 @@ def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str
     except KeyError:
         pass
     _, dtensor = tf_modules()
-    mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    mesh = layout.require_mesh()
     native = dtensor.Layout(layout.sharding_specs, native_mesh(mesh, devices, local))
     concrete = layout if mesh.devices == devices else layout.with_mesh(mesh.with_devices(devices))
     _from_native.setdefault(native.to_string(), concrete)

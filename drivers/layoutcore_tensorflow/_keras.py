@@ -33,8 +33,10 @@ from ._convert import to_tensorflow_layout, to_tensorflow_mesh
 class TensorFlowDriver(Protocol):
     """What the scopes need of the TF driver (a protocol: the driver module imports this one)."""
 
-    name: str
-    _tf: Any
+    @property
+    def name(self) -> str: ...
+    @property
+    def _tf(self) -> Any: ...
 
 
 __all__ = ["TF_KERAS_INSTALL", "keras_layout_map_scope"]

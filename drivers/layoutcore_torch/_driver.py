@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from layoutcore import DriverUnavailableError, Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver
+from layoutcore.driver import BoundLayout, Capability, Driver
 
 from . import _convert, _factories, _private, _relayout
 from ._mode import ProcessGroupMode, World, warn_if_untested
@@ -171,7 +171,7 @@ class TorchDriver(Driver):
         module docstring); copying each block once costs what ``distribute_tensor``'s own chunking costs
         for a non-leading tensor axis, and no more than a replicated rank's own storage needs.
         """
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         source = value.detach()
         shape = tuple(int(s) for s in source.shape)
         blocks = layout.device_slices(shape)
@@ -198,7 +198,7 @@ class TorchDriver(Driver):
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
         """``DTensor.from_local`` over a copy of each component (the result never aliases the caller's)."""
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         positions = list(self.local_positions(mesh, devices))
         if not positions:
             raise LayoutError(f"This rank ({self.world().rank}) has no device in {mesh!r}.", value=mesh)
@@ -212,7 +212,7 @@ class TorchDriver(Driver):
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,
         ``Partial``, into ``layout``); elsewhere, and across meshes, ``relayout_plan``'s transfers in one
         ``all_to_all_single`` (:mod:`._relayout`)."""
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
         same = tensor.device_mesh is device_mesh and tuple(tensor.placements) == placements
@@ -273,7 +273,7 @@ class TorchDriver(Driver):
     def native_call_with_layout(
         self,
         fn: Callable[..., Any],
-        layout: Layout,
+        layout: BoundLayout,
         devices: tuple[str, ...],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -287,7 +287,7 @@ class TorchDriver(Driver):
             return super().native_call_with_layout(fn, layout, devices, args, kwargs)
         size, extra, options = parsed
         self.check_layout(layout, size)
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         device_mesh = self.device_mesh(mesh)
         with self.spmd(mesh.size):
             # Never traced: dynamo fails inside DTensor's factories on a simulated mesh (LocalIntNode coordinates).
@@ -344,7 +344,7 @@ class TorchDriver(Driver):
         ``run_check=False``: the front-end already checked shapes and replicas; torch's check would
         silently overwrite differing replicas from the first rank of each group instead of raising.
         """
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
         size, stride = self._torch.Size(shape), _convert.contiguous_stride(shape)

@@ -17,6 +17,7 @@ from .._capabilities import Capability, Feature, Limitation
 from .._config import CPU_DEVICES_ENV, cpu_device_count
 from .._devices import canonical_device, canonical_devices
 from .._dtypes import *  # noqa: F403  (the dtype helpers, one source: their __all__ is ours too)
+from .._layout import BoundLayout
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._frontend import Driver, HoldsValue
@@ -27,6 +28,7 @@ __all__ = [
     "CPU_DEVICES_ENV",
     "DRIVER_ENV",
     "ENTRY_POINT_GROUP",
+    "BoundLayout",
     "Capability",
     "Driver",
     "DriverHooks",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 __all__ = ["LRUCache"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+D = TypeVar("D")
 _MISSING: object = object()
 
 
@@ -44,14 +45,18 @@ class LRUCache(Generic[K, V]):
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: K, default: V | None = None) -> V | None:
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+    def get(self, key: K, default: object = None) -> object:
         """The value cached for ``key`` (now the most recent), else ``default``."""
         with self._lock:
             value = self._data.get(key, _MISSING)
             if value is _MISSING:
                 return default
             self._data.move_to_end(key)
-            return value  # type: ignore[return-value]  # not _MISSING: a V
+            return value
 
     def put(self, key: K, value: V) -> V:
         """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``;
@@ -93,10 +98,13 @@ class LRUCache(Generic[K, V]):
         threads missing at once both compute, and the later result is kept: both are equal.
         """
         with self._lock:
-            value = self._data.get(key, _MISSING)
-            if value is not _MISSING:
+            try:
+                found = self._data[key]
+            except KeyError:
+                pass
+            else:
                 self._data.move_to_end(key)
-                return value  # type: ignore[return-value]  # not _MISSING: a V
+                return found
         value = compute()
         self.put(key, value)
         return value

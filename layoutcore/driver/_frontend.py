@@ -31,7 +31,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Final, final
+from typing import Any, ClassVar, Final, cast, final
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from .._config import CPU_DEVICES_ENV
 from .._dtypes import as_bits
 from .._dtypes import dtype_name as _canonical_dtype_name
 from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
-from .._layout import Layout
+from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
@@ -164,7 +164,7 @@ class Driver(DriverHooks):
         self._lc_origin.clear()
 
     @final
-    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> Layout:
+    def check_layout(self, layout: Any, global_shape: Sequence[int]) -> BoundLayout:
         """Validate ``layout`` for a tensor of ``global_shape`` on this driver.
 
         Hooks whose result shape is known late (``native_call_with_layout``) call it too.
@@ -186,7 +186,7 @@ class Driver(DriverHooks):
                     feature=capability,
                     value=layout,
                 )
-        return layout
+        return cast(BoundLayout, layout)  # its mesh is set: checked above
 
     # ==========================================================================================
     # Layout records
@@ -315,12 +315,12 @@ class Driver(DriverHooks):
             return self.relayout(value, layout)
         if self._lc_traces and self.is_traced(value):  # a sharding constraint in the compiler: no record
             self._require_traced("distribute_tensor", value)
-            self.check_layout(layout, self.shape_of(value))
-            return self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+            layout = self.check_layout(layout, self.shape_of(value))
+            return self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
         value = self._global_value(value, "distribute_tensor")
         self._check_dtype(value)
-        self.check_layout(layout, self.shape_of(value))
-        result = self.native_distribute(value, layout, self.bind_mesh(layout.mesh))  # type: ignore[arg-type]
+        layout = self.check_layout(layout, self.shape_of(value))
+        result = self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
         return self._record(result, layout)
 
     @final
@@ -394,7 +394,7 @@ class Driver(DriverHooks):
                 value=components,
             )
         given_shape = None if global_shape is None else _shape_argument(global_shape)
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         devices = self.bind_mesh(mesh)
         positions = list(self.local_positions(mesh, devices))
         # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
@@ -434,7 +434,7 @@ class Driver(DriverHooks):
                     f"{shape} gives it shape {expected[device_pos]}.",
                     value=got,
                 )
-        self.check_layout(layout, shape)
+        layout = self.check_layout(layout, shape)
         if not (self._lc_traces and any(self.is_traced(c) for c in components)):
             self._check_replicas(components, layout, positions, devices)
         return self._record(self.native_pack(components, layout, devices, shape), layout)
@@ -460,15 +460,15 @@ class Driver(DriverHooks):
             return self.distribute_tensor(tensor, layout)
         if self._lc_traces and self.is_traced(tensor):
             self._require_traced("relayout", tensor)
-        self.check_layout(layout, self.shape_of(tensor))
-        devices = self.bind_mesh(layout.mesh)  # type: ignore[arg-type]
+        layout = self.check_layout(layout, self.shape_of(tensor))
+        devices = self.bind_mesh(layout.require_mesh())
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
             # The mesh the front-end recorded for a hook's result (checked against the native truth
             # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
             # Fields, not Mesh copies: this runs on every call.
-            mesh: Mesh = layout.mesh  # type: ignore[assignment]
+            mesh = layout.require_mesh()
             recorded = self.recorded_layout(tensor)
-            source: Mesh = recorded.mesh if recorded is not None else self.user_mesh(self.native_mesh(tensor))  # type: ignore[assignment]
+            source = recorded.require_mesh() if recorded is not None else self.user_mesh(self.native_mesh(tensor))
             source_devices = self.bind_mesh(source) if source.devices is None else source.devices
             if (source.shape, source.axis_names, source.name, source_devices) != (
                 mesh.shape,
@@ -556,7 +556,8 @@ class Driver(DriverHooks):
             self.check_layout(layout, ())
         if not self._lc_own_call:  # the contract's default: run fn here, distribute with every check
             return self.distribute_tensor(fn(*args, **kwargs), layout)
-        result = self.native_call_with_layout(fn, layout, self.bind_mesh(layout.mesh), args, kwargs)  # type: ignore[arg-type]
+        bound = cast(BoundLayout, layout)  # a Layout with a mesh: checked above
+        result = self.native_call_with_layout(fn, bound, self.bind_mesh(bound.mesh), args, kwargs)
         traced = self._lc_traces and self.is_traced(result) and not self.is_distributed(result)
         if not traced and not self.is_distributed(result):  # the hook's default (super()): fn's plain result
             return self.distribute_tensor(result, layout)
@@ -583,7 +584,7 @@ class Driver(DriverHooks):
     @final
     def make_variable_state(self, value: Any, layout: Layout) -> Any:
         """A variable's state (:meth:`variable_create`) for a distributed ``value`` laid out by ``layout``."""
-        state = self.variable_create(value, layout)
+        state = self.variable_create(value, cast(BoundLayout, layout))  # the variable's, bound when it was made
         if self.is_distributed(state):  # torch: the nn.Parameter is itself a DTensor
             self._record(state, layout)
         return state
@@ -652,7 +653,7 @@ _FINAL_METHODS: Final = frozenset(name for name, member in vars(Driver).items() 
 @functools.lru_cache(maxsize=4096)
 def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
     """Per tensor axis, the mesh axes of size > 1 it is split over (what places data)."""
-    mesh: Mesh = layout.mesh  # type: ignore[assignment]
+    mesh = layout.require_mesh()
     return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
 
 

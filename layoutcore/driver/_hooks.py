@@ -24,7 +24,8 @@ abstractness included, which a native sharding forgets), and they check the reco
 :meth:`~DriverHooks.native_fetch_layout` on every read. So a hook never re-validates, never
 records, and every driver reports bad input the same way.
 
-**What hooks receive.** ``layout`` always has a mesh, and fits the value's rank and the
+**What hooks receive.** ``layout`` is a :class:`~layoutcore.driver.BoundLayout`: its mesh is set
+(``layout.mesh`` is a :class:`Mesh`, never ``None``), and it fits the value's rank and the
 driver's capabilities. ``devices`` holds the canonical names of the devices that mesh is bound to,
 in row-major mesh order: ``devices[p]`` holds block ``layout.device_slices(shape)[p]``.
 
@@ -50,7 +51,7 @@ import numpy as np
 
 from .._capabilities import Capability
 from .._dtypes import ALL_DTYPES
-from .._layout import Layout
+from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class DriverHooks(abc.ABC):
         """
 
     @abc.abstractmethod
-    def native_distribute(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+    def native_distribute(self, value: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
         """Place a global value by ``layout``.
 
         Args:
@@ -191,7 +192,7 @@ class DriverHooks(abc.ABC):
 
     @abc.abstractmethod
     def native_pack(
-        self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+        self, components: list[Any], layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> Any:
         """Build a distributed tensor from per-device components.
 
@@ -213,7 +214,7 @@ class DriverHooks(abc.ABC):
         """
 
     @abc.abstractmethod
-    def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
+    def native_relayout(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
         """The same global value with another layout.
 
         Args:
@@ -347,7 +348,7 @@ class DriverHooks(abc.ABC):
     def native_call_with_layout(
         self,
         fn: Callable[..., Any],
-        layout: Layout,
+        layout: BoundLayout,
         devices: tuple[str, ...],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -414,7 +415,7 @@ class DriverHooks(abc.ABC):
         """
         return range(mesh.size)
 
-    def variable_create(self, value: Any, layout: Layout) -> Any:
+    def variable_create(self, value: Any, layout: BoundLayout) -> Any:
         """A variable's state, made from a distributed value (default: a :class:`VariableHandle`).
 
         TF: ``dtensor.DVariable``; torch: a DTensor ``nn.Parameter``. A state that is itself a

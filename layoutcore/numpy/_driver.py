@@ -112,16 +112,19 @@ class ShardedArray(NDArrayOperatorsMixin):
 
     def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ShardedArray:
         """Sum over ``axis`` (``None``: all), as ``np.sum``; sharded axes are all-reduced."""
-        return _spmd.reduce_sum(self, axis, dtype, keepdims)  # type: ignore[no-any-return]
+        result: ShardedArray = _spmd.reduce_sum(self, axis, dtype, keepdims)
+        return result
 
     def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ShardedArray:
         """Mean over ``axis``, as ``np.mean`` (float64 for integer input)."""
-        return _spmd.reduce_sum(self, axis, dtype, keepdims, mean=True)  # type: ignore[no-any-return]
+        result: ShardedArray = _spmd.reduce_sum(self, axis, dtype, keepdims, mean=True)
+        return result
 
     def transpose(self, *axes: Any) -> ShardedArray:
         """Axes permuted, as ``ndarray.transpose`` (no axes: reversed)."""
         order = axes[0] if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)) else axes or None
-        return _spmd.transpose(self, order)  # type: ignore[no-any-return]
+        result: ShardedArray = _spmd.transpose(self, order)
+        return result
 
     @property
     def T(self) -> ShardedArray:
