@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import shutil
 import uuid
@@ -249,11 +250,18 @@ def _block_shape(shape: Sequence[int], layout: Layout) -> tuple[int, ...]:
 
 
 def _storage(path: str, spec: TensorSpec, read_layouts: Any) -> ArrayStorage:
-    shard = _block_shape(spec.shape, spec.layout)
+    shard = list(_block_shape(spec.shape, spec.layout))
     blocks = [_block_shape(spec.shape, r) for r in _read_layouts_for(read_layouts, path, len(spec.shape))]
-    chunk = choose_chunks(spec.shape, shard, blocks, spec.itemsize)
+    for d, n in enumerate(spec.shape):
+        splits = [b[d] for b in blocks if 0 < b[d] < n]
+        if spec.layout.num_shards(d) == 1 and splits:
+            # an axis the save does not split is one shard of any size >= d: round it up to a multiple
+            # of the read blocks' gcd, so uneven read blocks (500 in 8: 63, ..., 59) align with chunks
+            g = functools.reduce(math.gcd, splits)
+            shard[d] = (n + g - 1) // g * g
+    chunk = choose_chunks(spec.shape, tuple(shard), blocks, spec.itemsize)
     node = "/".join(encode_key(c) for c in path.split("/")) if path else "%00root"
-    return ArrayStorage(node, spec.shape, spec.dtype, shard, chunk)
+    return ArrayStorage(node, spec.shape, spec.dtype, tuple(shard), chunk)
 
 
 def _owners(spec: TensorSpec) -> dict[int, tuple[int, ...]]:
