@@ -86,7 +86,12 @@ def main() -> int:
     lm["0.bias"] = ("x",)
     lm["1.weight"] = (None, "x")
     ours = distribute_module(
-        copy.deepcopy(base), lm, input_layouts={"0": replicated}, output_layouts={"1": replicated}, driver=driver
+        copy.deepcopy(base),
+        lm,
+        input_layouts={"0": replicated},
+        output_layouts={"1": replicated},
+        activations="dtensor",
+        driver=driver,
     )
     with spmd(mesh):
         theirs = parallelize_module(

@@ -70,8 +70,12 @@ class Limitation(enum.StrEnum):
     PER_RANK_GRADIENTS = "per_rank_gradients"
     #: A fused query/key/value projection, whose column blocks a tensor-parallel split would mix.
     FUSED_QKV_PROJECTION = "fused_qkv_projection"
-    #: A vocabulary-sharded embedding under the torch simulation (its local lookups need real ranks).
+    #: A vocabulary-sharded embedding under the torch simulation with DTensor activations (torch's backward fails).
     SIMULATED_VOCAB_SHARDING = "simulated_vocab_sharding"
+    #: A Hugging Face tensor-parallel plan style that no parameter layout expresses (``packed_colwise``, MoE styles).
+    TP_PLAN_STYLE = "tp_plan_style"
+    #: A keras ``LayoutMap`` entry or match rule that a layoutcore ``LayoutMap`` cannot carry over.
+    KERAS_LAYOUT_MAP = "keras_layout_map"
 
 
 #: What ``UnsupportedLayoutError.feature`` holds.

@@ -9,7 +9,9 @@ Public conversions (each binds an abstract mesh the way the driver does):
 * :func:`to_torch_mesh` / :func:`from_torch_mesh`: ``Mesh`` <-> ``DeviceMesh``.
 * :func:`to_torch_placements` / :func:`from_torch_placements`: ``Layout`` <-> placements.
 * :func:`distribute_module_parameters`: an ``nn.Module``'s parameters laid out by a ``LayoutMap``.
-* :func:`distribute_module`: the same, plus forward hooks that place inputs and relay out outputs.
+* :func:`distribute_module`: the same, plus forward hooks, so that model code runs on local tensors between
+  laid-out layers (or on DTensors, ``activations="dtensor"``).
+* :func:`from_tp_plan`: a Hugging Face transformers tensor-parallel plan as a ``LayoutMap``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from typing import Any
 from layoutcore import Layout, LayoutError, Mesh, get_driver
 
 from ._driver import TorchDriver
-from ._module import ModuleLayouts, distribute_module, distribute_module_parameters
+from ._module import Activations, ModuleLayouts, distribute_module, distribute_module_parameters
+from ._tp_plan import TpPlanLayoutMap, from_tp_plan
 
 __all__ = [
+    "Activations",
     "ModuleLayouts",
     "TorchDriver",
+    "TpPlanLayoutMap",
     "distribute_module",
     "distribute_module_parameters",
     "from_torch_mesh",
     "from_torch_placements",
+    "from_tp_plan",
     "release_simulation",
     "spmd",
     "to_torch_mesh",

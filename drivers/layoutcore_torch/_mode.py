@@ -64,8 +64,10 @@ class World:
 
 @contextlib.contextmanager
 def simulated_ranks(ranks: int | frozenset[int]) -> Iterator[None]:
-    """``LocalTensorMode(ranks)`` under :data:`SIMULATION_LOCK` (see the module docstring)."""
-    with SIMULATION_LOCK, _private.local_tensor_mode(ranks):
+    """``LocalTensorMode(ranks)`` under :data:`SIMULATION_LOCK` (see the module docstring), with the
+    shared-write guard inside it: a write into a plain tensor from per-rank values is applied once when
+    every rank's value is the same, else refused (:func:`_private.guarded_local_tensor_mode`)."""
+    with SIMULATION_LOCK, _private.guarded_local_tensor_mode(ranks, _shared_write_error):
         yield
 
 
@@ -167,7 +169,22 @@ def _outside_spmd_error(op: Any) -> UnsupportedLayoutError:
         "as if every simulated rank were rank 0 (wrong data). Run torch ops on simulated DTensors under "
         "layoutcore_torch.spmd(mesh), e.g. `with layoutcore_torch.spmd(mesh): y = a @ b`.",
         driver="torch",
-        feature="torch op outside spmd",
+        feature=Limitation.OUTSIDE_SPMD,
+    )
+
+
+def _shared_write_error(op: Any, tensor: Any, why: str) -> UnsupportedLayoutError:
+    # A real group gives each rank its own copy of that tensor; the simulation has one plain tensor for all.
+    kind = "nn.Parameter" if type(tensor).__name__ == "Parameter" else "torch.Tensor"
+    described = f"plain {kind} of shape {tuple(tensor.shape)} and dtype {str(tensor.dtype).removeprefix('torch.')}"
+    return UnsupportedLayoutError(
+        f"torch op {op} writes into a {described} (shared by every simulated rank) from per-rank values, and "
+        f"{why}: in a real process group each rank's copy of that tensor would differ, which one plain tensor "
+        "cannot hold. Make the tensor a DTensor (layoutcore_torch.distribute_module_parameters, or "
+        "lc.distribute_tensor) so each rank holds its own, or write the same value on every rank.",
+        driver="torch",
+        feature=Limitation.PER_RANK_WRITE,
+        value=tensor,
     )
 
 

@@ -26,7 +26,11 @@ from layoutcore import Layout, LayoutError, LayoutMap, UnsupportedLayoutError, g
 from layoutcore.driver import Limitation
 from layoutcore.geometry import chunk_size
 
-__all__ = ["ModuleLayouts", "distribute_module", "distribute_module_parameters"]
+__all__ = ["Activations", "ModuleLayouts", "distribute_module", "distribute_module_parameters"]
+
+#: What flows between laid-out layers: ``"local"`` plain per-rank tensors (as torch's ``ColwiseParallel`` /
+#: ``RowwiseParallel`` hand them over), or ``"dtensor"`` DTensors end to end.
+Activations = Literal["local", "dtensor"]
 
 #: What ``input_layouts`` / ``output_layouts`` take: a Layout (the first positional input, or the output),
 #: a sequence of Layouts (one per positional input or output element; ``None`` leaves that one alone),
@@ -62,9 +66,19 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
 
     if not isinstance(module, torch.nn.Module):
         raise LayoutError(f"distribute_module_parameters expects a torch.nn.Module. Received: {module!r}", value=module)
+    drv = get_driver(driver if driver is not None else "torch")
+    return _distribute_parameters(module, layout_map, drv, local_vocabulary=False)
+
+
+def _distribute_parameters(
+    module: Any, layout_map: LayoutMap, drv: Any, *, local_vocabulary: bool
+) -> dict[str, Layout]:
+    """:func:`distribute_module_parameters` on a checked module; ``local_vocabulary``: an Embedding's vocabulary
+    axis may be sharded in the simulation (local activations compute its lookup without DTensor's MaskPartial)."""
+    import torch
+
     if not isinstance(layout_map, LayoutMap):
         raise LayoutError(f"Expected a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map)
-    drv = get_driver(driver if driver is not None else "torch")
     # Plan first, so that a bad entry raises before any parameter is replaced.
     plan: list[tuple[str, Any, Layout]] = []
     done: set[int] = set()
@@ -75,7 +89,7 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
                 continue
             done.add(id(param))
             layout = layout_map.layout_for(name, tuple(param.shape), kind="parameter")
-            _refuse_what_torch_cannot_shard(drv, owner, local_name, name, layout)
+            _refuse_what_torch_cannot_shard(drv, owner, local_name, name, layout, local_vocabulary)
             plan.append((name, param, layout))
     replaced: dict[int, Any] = {}
     result: dict[str, Layout] = {}
@@ -99,25 +113,51 @@ def distribute_module(
     *,
     input_layouts: ModuleLayouts | None = None,
     output_layouts: ModuleLayouts | None = None,
+    activations: Activations = "local",
     driver: Any = None,
 ) -> Any:
-    """Lay out ``module``'s parameters by ``layout_map`` and place its forward inputs and outputs (DESIGN §6).
+    """Lay out ``module``'s parameters by ``layout_map`` and run its forward on them (docs/design.md#trees-and-model-code).
 
-    Parameters are laid out as :func:`distribute_module_parameters` does. For each module named in
-    ``input_layouts``, a forward pre-hook places its positional inputs before ``forward`` runs (a plain
-    tensor is distributed, a DTensor relaid out); for each module named in ``output_layouts``, a forward
-    hook relays its output out after it, reducing pending sums (``Partial``) into the target layout.
+    Parameters are laid out as :func:`distribute_module_parameters` does. Then, by ``activations``:
+
+    * ``"local"`` (default): the model's own code sees plain per-rank tensors between laid-out layers, as
+      torch's ``ColwiseParallel`` / ``RowwiseParallel`` hand them over, so real model code (rotary
+      embeddings, masks, reshapes by head count, ``model(input_ids=..., labels=...)`` returning a
+      ``ModelOutput``) runs unchanged. Each submodule that owns parameters gets a style from its own
+      parameters' layouts:
+
+      - ``Linear`` with ``weight`` sharded on axis 0 (bias alike or absent), *column-parallel*: takes its
+        input as the same on every rank, hands out its local shard of the last axis;
+      - ``Linear`` with ``weight`` sharded on axis 1 (bias replicated or absent), *row-parallel*: takes the
+        local shard of the last axis, sums the ranks' partial outputs, hands out the replicated result;
+      - ``Embedding`` with ``weight`` sharded on axis 0, *vocabulary-parallel*: each rank looks up the ids it
+        holds and the ranks' lookups are summed (also in the simulation; with ``padding_idx``, ``max_norm``
+        or ``sparse`` it goes through DTensor, which the simulation refuses as ``"simulated_vocab_sharding"``);
+      - any other module with a sharded parameter: input taken as replicated, output gathered (replicated);
+      - a module whose parameters are all replicated (norms): runs on their local values.
+
+      A :func:`layoutcore_torch.from_tp_plan` map also carries the plan's wishes that parameter layouts
+      cannot: ``colwise_rep`` / ``colwise_gather_output`` gather the output, ``replicated_with_grad_allreduce``
+      sums the gradients of replicated parameters that see per-rank activations. Every rank must pass the
+      same inputs (tensor parallelism). ``input_layouts`` / ``output_layouts`` need ``"dtensor"``.
+    * ``"dtensor"``: DTensors flow end to end. For each module named in ``input_layouts``, a forward pre-hook
+      places its positional inputs before ``forward`` runs (a plain tensor is distributed, a DTensor relaid
+      out); for each module named in ``output_layouts``, a forward hook relays its output out after it,
+      reducing pending sums (``Partial``) into the target layout. Model code that mixes its own plain tensors
+      with activations fails inside torch here; that is what ``"local"`` is for.
+
     ``module``'s forward runs with torch's math attention kernel (``sdpa_kernel(SDPBackend.MATH)``), whose
-    backward pass DTensor can shard (the default CPU kernel's cannot). In the single-process simulation, run the forward and backward passes under
-    ``layoutcore_torch.spmd(mesh)``.
+    backward pass DTensor can shard (the default CPU kernel's cannot). In the single-process simulation, run
+    the forward and backward passes and the optimizer step under ``layoutcore_torch.spmd(mesh)``.
 
     Args:
         module: a ``torch.nn.Module``.
         layout_map: the parameters' layouts.
-        input_layouts: a ``Layout`` for the module's first positional input, a sequence (one per positional
-            input, ``None`` to leave one alone), or a mapping from submodule name (``""`` for ``module``
-            itself, ``"encoder.layers.0"``) to either.
-        output_layouts: the same for outputs (a tensor, or a tuple/list of tensors).
+        input_layouts: (``"dtensor"`` only) a ``Layout`` for the module's first positional input, a sequence
+            (one per positional input, ``None`` to leave one alone), or a mapping from submodule name (``""``
+            for ``module`` itself, ``"encoder.layers.0"``) to either.
+        output_layouts: (``"dtensor"`` only) the same for outputs (a tensor, or a tuple/list of tensors).
+        activations: ``"local"`` or ``"dtensor"`` (above).
         driver: the driver (default: the ``"torch"`` driver).
 
     Returns:
@@ -125,29 +165,303 @@ def distribute_module(
 
     Raises:
         LayoutError: a bad layout map or parameter layout (see :func:`distribute_module_parameters`), a
-            submodule name ``module`` does not have, or an entry that is not a Layout; at forward time, a
-            layout for an input the call did not pass or for a value that is not a tensor.
+            submodule name ``module`` does not have, an entry that is not a Layout, ``input_layouts`` /
+            ``output_layouts`` with local activations, an unknown ``activations``; at forward time, a layout
+            for an input the call did not pass or for a value that is not a tensor.
         UnsupportedLayoutError: torch cannot shard a parameter so (naming it).
     """
     import torch
 
     if not isinstance(module, torch.nn.Module):
         raise LayoutError(f"distribute_module expects a torch.nn.Module. Received: {module!r}", value=module)
+    if activations not in ("local", "dtensor"):
+        raise LayoutError(f"activations must be 'local' or 'dtensor'. Received: {activations!r}", value=activations)
+    if activations == "local" and (input_layouts is not None or output_layouts is not None):
+        raise LayoutError(
+            "input_layouts / output_layouts place DTensor activations; with activations='local' the model's code "
+            "gets plain per-rank tensors. Pass activations='dtensor' to use them.",
+            value=input_layouts if input_layouts is not None else output_layouts,
+        )
     inputs = _per_module(module, input_layouts, "input_layouts")
     outputs = _per_module(module, output_layouts, "output_layouts")
     drv = get_driver(driver if driver is not None else "torch")
-    distribute_module_parameters(module, layout_map, driver=drv)
+    layouts = _distribute_parameters(module, layout_map, drv, local_vocabulary=activations == "local")
     # torch's default CPU attention kernel (flash) has no DTensor sharding rule for its backward pass (torch
     # 2.13: NotImplementedError for aten._scaled_dot_product_flash_attention_for_cpu_backward); the math
     # kernel is made of ordinary ops that DTensor shards. So the module's forward runs with the math kernel.
     attention = _MathAttention()
     module.register_forward_pre_hook(attention.enter, prepend=True)
     module.register_forward_hook(attention.exit, always_call=True)
-    for name, layouts in inputs.items():
-        module.get_submodule(name).register_forward_pre_hook(_InputHook(drv, name, layouts))
-    for name, layouts in outputs.items():
-        module.get_submodule(name).register_forward_hook(_OutputHook(drv, name, layouts))
+    if activations == "local":
+        _install_local_styles(module, layouts, layout_map, drv)
+        return module
+    for name, layouts_ in inputs.items():
+        module.get_submodule(name).register_forward_pre_hook(_InputHook(drv, name, layouts_))
+    for name, layouts_ in outputs.items():
+        module.get_submodule(name).register_forward_hook(_OutputHook(drv, name, layouts_))
     return module
+
+
+def _install_local_styles(module: Any, layouts: Mapping[str, Layout], layout_map: LayoutMap, driver: Any) -> None:
+    """Give each submodule owning parameters its local-activation style (see :func:`distribute_module`)."""
+    import re
+
+    import torch
+
+    hints: tuple[tuple[re.Pattern[str], str], ...] = tuple(getattr(layout_map, "module_hints", ()))
+    for prefix, owner in module.named_modules():
+        own = dict(owner.named_parameters(recurse=False))
+        if not own:
+            continue
+        lays = {n: driver.layout_from_placements(p.placements, p.device_mesh, p.ndim) for n, p in own.items()}
+        hint = next((h for pattern, h in hints if pattern.search(prefix)), None)
+        name = prefix or "<root>"
+        sharded = {n for n, lay in lays.items() if not lay.is_fully_replicated()}
+        style: Any
+        if not sharded:
+            style = _ReplicatedParameters(driver, name, owner, sum_gradients=hint == "sum_gradients")
+        elif isinstance(owner, torch.nn.Linear) and "weight" in lays and set(lays) <= {"weight", "bias"}:
+            w, b = lays["weight"], lays.get("bias")
+            if w.axes[0] is not None and w.axes[1] is None and (b is None or b.axes == (w.axes[0],)):
+                style = _ColumnParallel(driver, w, gather=hint == "gather_output")
+            elif w.axes[0] is None and w.axes[1] is not None and (b is None or b.is_fully_replicated()):
+                style = _RowParallel(driver, w, in_features=owner.in_features)
+            else:
+                style = _Gathered(driver, w)
+        elif isinstance(owner, torch.nn.Embedding) and _VocabularyParallel.handles(owner, lays["weight"]):
+            _VocabularyParallel(driver, owner, lays["weight"]).install(owner)
+            continue
+        else:
+            style = _Gathered(driver, next(lays[n] for n in sharded))
+        owner.register_forward_pre_hook(style.before)
+        owner.register_forward_hook(style.after, always_call=True)
+
+
+def _placements(layout: Layout, shard_axes: tuple[str, ...], dim: int, kind: str = "shard") -> list[Any]:
+    """One placement per mesh axis of ``layout``'s mesh: ``Shard(dim)`` (or ``Partial()``) on ``shard_axes``."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    mesh = layout.mesh
+    assert mesh is not None
+    on = Partial() if kind == "partial" else Shard(dim)
+    return [on if name in shard_axes else Replicate() for name in mesh.axis_names]
+
+
+def _shards(layout: Layout, axes: tuple[str, ...]) -> int:
+    """How many blocks a tensor axis split over mesh ``axes`` of ``layout``'s mesh has."""
+    mesh = layout.mesh
+    assert mesh is not None
+    count = 1
+    for name in axes:
+        count *= mesh.shape[mesh.axis_names.index(name)]
+    return count
+
+
+def _to_dtensor(driver: Any, value: Any, layout: Layout, placements: list[Any], shape: Any = None) -> Any:
+    """``value`` as a DTensor with ``placements``: a plain tensor is this rank's part, a DTensor is relaid out."""
+    from torch.distributed.tensor import DTensor
+
+    device_mesh = driver.device_mesh(layout.mesh)
+    if isinstance(value, DTensor):
+        return value if list(value.placements) == placements else value.redistribute(device_mesh, placements)
+    if shape is None:
+        return DTensor.from_local(value, device_mesh, placements, run_check=False)
+    import torch
+
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(value, device_mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
+def _local(driver: Any, value: Any, layout: Layout, placements: list[Any]) -> Any:
+    """A DTensor output relaid out to ``placements`` and handed on as this rank's plain tensor."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(value, DTensor):
+        return value
+    if list(value.placements) != placements:
+        value = value.redistribute(driver.device_mesh(layout.mesh), placements)
+    return value.to_local()
+
+
+class _ColumnParallel:
+    """``Linear`` with its output features sharded: replicated input in, local shard of the last axis out
+    (``gather``: the replicated output), as torch's ``ColwiseParallel``."""
+
+    __slots__ = ("axes", "driver", "gather", "layout")
+
+    def __init__(self, driver: Any, weight: Layout, *, gather: bool) -> None:
+        self.driver, self.layout, self.gather = driver, weight, gather
+        self.axes = weight.mesh_axes(0)
+
+    def before(self, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        replicated = _placements(self.layout, (), 0)
+        return (_to_dtensor(self.driver, args[0], self.layout, replicated), *args[1:])
+
+    def after(self, _module: Any, _args: Any, output: Any) -> Any:
+        dim = output.ndim - 1
+        return _local(self.driver, output, self.layout, _placements(self.layout, () if self.gather else self.axes, dim))
+
+
+class _RowParallel:
+    """``Linear`` with its input features sharded: local shard of the last axis in, the ranks' partial
+    outputs summed into the replicated output, as torch's ``RowwiseParallel``."""
+
+    __slots__ = ("axes", "driver", "in_features", "layout", "shards")
+
+    def __init__(self, driver: Any, weight: Layout, *, in_features: int) -> None:
+        self.driver, self.layout, self.in_features = driver, weight, in_features
+        self.axes = weight.mesh_axes(1)
+        self.shards = _shards(weight, self.axes)
+
+    def before(self, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = args[0]
+        placements = _placements(self.layout, self.axes, x.ndim - 1)
+        width = x.shape[-1]
+        if self.shards > 1 and isinstance(width, int) and width == self.in_features:
+            # The whole input (the model's code made it replicated, e.g. a norm's output): each rank takes its part.
+            whole = _to_dtensor(self.driver, x, self.layout, _placements(self.layout, (), 0))
+            return (_to_dtensor(self.driver, whole, self.layout, placements), *args[1:])
+        shape = (*x.shape[:-1], self.in_features)
+        return (_to_dtensor(self.driver, x, self.layout, placements, shape), *args[1:])
+
+    def after(self, _module: Any, _args: Any, output: Any) -> Any:
+        return _local(self.driver, output, self.layout, _placements(self.layout, (), 0))
+
+
+class _Gathered:
+    """Any other module with a sharded parameter: its first input taken as replicated, every tensor output
+    gathered into a replicated one. Always right; it moves more than the two styles above."""
+
+    __slots__ = ("driver", "layout")
+
+    def __init__(self, driver: Any, layout: Layout) -> None:
+        self.driver, self.layout = driver, layout
+
+    def before(self, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        import torch
+
+        if not args or not isinstance(args[0], torch.Tensor):
+            return args
+        return (_to_dtensor(self.driver, args[0], self.layout, _placements(self.layout, (), 0)), *args[1:])
+
+    def after(self, _module: Any, _args: Any, output: Any) -> Any:
+        from torch.utils import _pytree
+
+        replicated = _placements(self.layout, (), 0)
+        return _pytree.tree_map(lambda v: _local(self.driver, v, self.layout, replicated), output)
+
+
+class _ReplicatedParameters:
+    """A module whose parameters are all replicated (norms): its forward runs on their local values.
+
+    Their gradients are each rank's own (``Replicate``), right when the module sees the same activations on
+    every rank; ``sum_gradients`` (a plan's ``replicated_with_grad_allreduce``, for per-head norms that see
+    only this rank's heads) sums them over the ranks instead. In the simulation a replicated parameter whose
+    gradient differs between ranks without ``sum_gradients`` is refused: a real group would silently keep
+    different copies of it.
+    """
+
+    __slots__ = ("driver", "name", "saved", "sum_gradients")
+
+    def __init__(self, driver: Any, name: str, owner: Any, *, sum_gradients: bool) -> None:
+        self.driver, self.name, self.sum_gradients = driver, name, sum_gradients
+        self.saved: list[dict[str, Any]] = []
+
+    def before(self, module: Any, args: tuple[Any, ...]) -> None:
+        from torch.distributed.tensor import DTensor, Partial
+
+        saved = {}
+        for local_name, param in list(module._parameters.items()):
+            if not isinstance(param, DTensor):
+                continue
+            saved[local_name] = param
+            if self.sum_gradients:
+                local = param.to_local(grad_placements=[Partial()] * param.device_mesh.ndim)
+            else:
+                local = param.to_local()
+                if local.requires_grad and _simulated(self.driver):
+                    local.register_hook(_SameOnEveryRank(f"{self.name}.{local_name}"))
+            module._parameters[local_name] = local
+        self.saved.append(saved)
+
+    def after(self, module: Any, _args: Any, output: Any) -> Any:
+        if self.saved:
+            module._parameters.update(self.saved.pop())
+        return output
+
+
+class _SameOnEveryRank:
+    """Gradient hook (simulation only): refuse a replicated parameter's gradient that differs between ranks."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, grad: Any) -> None:
+        from . import _private
+
+        if not _private.is_local_tensor(grad):
+            return
+        import torch
+
+        values = list(_private.local_tensors(grad).values())
+        if all(torch.equal(values[0], v) for v in values[1:]):
+            return
+        raise UnsupportedLayoutError(
+            f"Replicated parameter {self.name!r} gets a different gradient on each simulated rank: its module sees "
+            "per-rank activations (e.g. a per-head norm between column- and row-parallel layers). A real group "
+            "would keep diverging copies of it. Shard it, or sum its gradients over the ranks (from_tp_plan's "
+            "'replicated_with_grad_allreduce').",
+            driver="torch",
+            feature=Limitation.PER_RANK_GRADIENTS,
+            value=self.name,
+        )
+
+
+class _VocabularyParallel:
+    """``Embedding`` with its vocabulary sharded: each rank looks up the ids in its rows (others give zeros)
+    and the ranks' lookups are summed, as torch's ``RowwiseParallel`` does for an Embedding. Written with
+    local ops and one reduction, so the simulation trains it too (DTensor's own ``MaskPartial`` path fails
+    there, torch 2.13)."""
+
+    __slots__ = ("axes", "driver", "layout", "owner", "rows")
+
+    def __init__(self, driver: Any, owner: Any, layout: Layout) -> None:
+        self.driver, self.layout, self.owner, self.rows = driver, layout, owner, owner.num_embeddings
+        self.axes = layout.mesh_axes(0)
+
+    @staticmethod
+    def handles(owner: Any, layout: Layout) -> bool:
+        """Whether ``owner`` (an Embedding) with ``layout`` on its weight takes this style: vocabulary sharded,
+        no option that a local lookup would change, and no rank with an empty block of rows."""
+        if layout.rank != 2 or layout.axes[0] is None or layout.axes[1] is not None:
+            return False
+        if owner.padding_idx is not None or owner.max_norm is not None or owner.sparse or owner.scale_grad_by_freq:
+            return False
+        shards = _shards(layout, layout.mesh_axes(0))
+        block = chunk_size(owner.num_embeddings, shards)
+        return bool(block * (shards - 1) < owner.num_embeddings)
+
+    def install(self, owner: Any) -> None:
+        owner.forward = self.forward  # an instance attribute: nn.Module.__call__ calls it
+
+    def forward(self, ids: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        replicated = _placements(self.layout, (), 0)
+        # This rank's row ids (a per-rank tensor in the simulation), cut as the weight's rows are.
+        rows = _to_dtensor(self.driver, torch.arange(self.rows), self.layout, replicated)
+        owned = _local(self.driver, rows, self.layout, _placements(self.layout, self.axes, 0))
+        ids = _local(self.driver, ids, self.layout, replicated)
+        low, high = owned[0], owned[-1]
+        inside = (ids >= low) & (ids <= high)
+        local_ids = torch.where(inside, ids - low, torch.zeros_like(ids))
+        out = F.embedding(local_ids, self.owner.weight.to_local())
+        out = out * inside.unsqueeze(-1).to(out.dtype)
+        partial = _to_dtensor(self.driver, out, self.layout, _placements(self.layout, self.axes, 0, "partial"))
+        return _local(self.driver, partial, self.layout, replicated)
 
 
 class _MathAttention:
@@ -269,7 +583,9 @@ def _per_module(module: Any, spec: ModuleLayouts | None, what: str) -> dict[str,
     return result
 
 
-def _refuse_what_torch_cannot_shard(driver: Any, owner: Any, local_name: str, name: str, layout: Layout) -> None:
+def _refuse_what_torch_cannot_shard(
+    driver: Any, owner: Any, local_name: str, name: str, layout: Layout, local_vocabulary: bool = False
+) -> None:
     """Raise where torch 2.13 cannot run ``owner`` with its parameter ``local_name`` laid out by ``layout``."""
     import torch
 
@@ -285,10 +601,13 @@ def _refuse_what_torch_cannot_shard(driver: Any, owner: Any, local_name: str, na
             value=layout,
         )
     if isinstance(owner, torch.nn.Embedding) and local_name == "weight" and _simulated(driver):
+        if local_vocabulary and _VocabularyParallel.handles(owner, layout):
+            return
         raise UnsupportedLayoutError(
             f"The torch driver's single-process simulation cannot train parameter {name!r} (an Embedding's "
-            f"vocabulary axis) sharded by {layout}: torch 2.13's backward fails under LocalTensorMode. Shard its "
-            "axis 1, or run on a real process group, where this works.",
+            f"vocabulary axis) sharded by {layout} with DTensors flowing (activations='dtensor', or an Embedding with "
+            "padding_idx/max_norm/sparse): torch 2.13's backward fails under LocalTensorMode. Use activations='local', "
+            "shard its axis 1, or run on a real process group, where this works.",
             driver="torch",
             feature=Limitation.SIMULATED_VOCAB_SHARDING,
             value=layout,

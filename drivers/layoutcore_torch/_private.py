@@ -18,6 +18,8 @@ torch 2.13:
   every so many new meshes, so a loop over thousands of meshes stays bounded.
 * ``LocalTensor.__torch_dispatch__`` and ``local_tensor_mode()``: :func:`guard_local_tensors` wraps the
   former so that a torch op on simulated data outside any ``LocalTensorMode`` raises (see there).
+* ``LocalTensorMode.__torch_dispatch__`` and ``LocalTensorMode._disable``: :func:`guarded_local_tensor_mode`
+  subclasses the mode so that a write into a plain (shared) tensor is never applied once per simulated rank.
 
 Nothing else in ``layoutcore_torch`` touches a private torch name. When torch moves or removes
 one of these, :func:`require_simulation` raises a :class:`layoutcore.DriverUnavailableError`
@@ -36,6 +38,7 @@ __all__ = [
     "FAKE_BACKEND",
     "clear_sharding_caches",
     "guard_local_tensors",
+    "guarded_local_tensor_mode",
     "init_fake_group",
     "is_local_tensor",
     "is_strided_shard",
@@ -116,8 +119,16 @@ def local_tensors(value: Any) -> dict[int, Any]:
 
 
 def make_local_tensor(per_rank: dict[int, Any]) -> Any:
-    """A ``LocalTensor`` from one plain tensor per rank (shapes may differ: uneven shards)."""
-    return _lookup(_LOCAL_TENSOR_MODULE, "LocalTensor")(per_rank)
+    """A ``LocalTensor`` from one tensor per rank (shapes may differ: uneven shards).
+
+    A rank's tensor that is itself a ``LocalTensor`` (cut from a value made under the mode, e.g.
+    ``torch.arange`` inside ``spmd``, which is one copy per rank) contributes that rank's own copy: what the
+    rank of a real group holds. Wrapping it whole nested per-rank values, and every later op on them ran
+    once per rank per rank (an SGD step moved a parameter ``ranks`` times too far, torch 2.13).
+    """
+    local_tensor = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensor")
+    flat = {r: t._local_tensors[r] if isinstance(t, local_tensor) else t for r, t in per_rank.items()}
+    return local_tensor(flat)
 
 
 def simulated_ranks_of(device_mesh: Any) -> frozenset[int] | None:
@@ -219,3 +230,99 @@ _RANK_FREE_OPS += ("stride", "numel", "detach", "alias")
 
 #: "original": LocalTensor's own ``__torch_dispatch__`` classmethod while :func:`guard_local_tensors` is on.
 _guard: dict[str, Any] = {}
+
+
+def guarded_local_tensor_mode(ranks: int | frozenset[int], refusal: Callable[[Any, Any, str], Exception]) -> Any:
+    """A ``LocalTensorMode(ranks)`` that never applies a write into a plain (shared) tensor once per rank.
+
+    Why: the simulation keeps one plain tensor for what every rank of a real group holds its own copy of
+    (a parameter torch's ``parallelize_module`` leaves plain, a replicated DTensor's local tensor, optimizer
+    state, a buffer), and ``LocalTensorMode`` runs an op once per simulated rank. An in-place op that writes
+    into such a tensor with a ``LocalTensor`` argument was then applied once per rank: ``p.add_(g, alpha=-0.1)``
+    with ``g`` one per rank moved ``p`` by ``-0.1 * ranks`` (torch 2.13), a silent wrong answer; so did SGD on
+    ``RowwiseParallel``'s replicated bias. A real group gives each rank ``p - 0.1 * g_r``; one plain tensor
+    can hold that only when every rank's ``g_r`` is the same. So:
+
+    * every ``LocalTensor`` argument holds the same value on every rank (NaNs in the same places): the op
+      runs once, on rank 0's values; that is what each rank of a real group computes;
+    * else ``refusal(op, tensor, why)`` is raised: no plain tensor can hold the result.
+
+    The check sits in the mode's own ``__torch_dispatch__`` (a subclass), because that is where every op on
+    per-rank data arrives, including the local ops DTensor issues for an op on DTensors; a separate mode
+    above it would not see those. It costs one cached schema lookup per op and, for a guarded write, one
+    comparison per rank.
+    """
+    made = _cache.get("guarded_local_tensor_mode")
+    if made is None:
+        made = _cache["guarded_local_tensor_mode"] = _guarded_mode_class(refusal)
+    return made(ranks)
+
+
+def _guarded_mode_class(refusal: Callable[[Any, Any, str], Exception]) -> Any:
+    mode_base = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensorMode")
+    local_tensor = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensor")
+    import torch
+    from torch.utils import _pytree
+
+    plain_types = (torch.Tensor, torch.nn.Parameter)
+
+    def written(func: Any) -> tuple[tuple[int, str], ...]:
+        try:
+            return _written_cache[func]
+        except KeyError:
+            pass
+        schema = getattr(func, "_schema", None)
+        result = tuple(
+            (index, arg.name)
+            for index, arg in enumerate(schema.arguments if schema is not None else ())
+            if arg.alias_info is not None and arg.alias_info.is_write
+        )
+        _written_cache[func] = result
+        return result
+
+    def plain_targets(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        found: list[Any] = []
+        for index, name in written(func):
+            value = args[index] if index < len(args) else kwargs.get(name)
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if type(item) in plain_types:
+                    found.append(item)
+        return found
+
+    def same_on_every_rank(value: Any) -> Any:
+        per_rank = list(value._local_tensors.values())
+        first = per_rank[0]
+        for other in per_rank[1:]:
+            if other.shape != first.shape or other.dtype != first.dtype:
+                return None
+            if not torch.equal(other, first):
+                if not (first.is_floating_point() or first.is_complex()):
+                    return None
+                if not bool(((other == first) | (other.isnan() & first.isnan())).all()):
+                    return None
+        return first
+
+    class GuardedLocalTensorMode(mode_base):  # type: ignore[misc, valid-type]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not self._disable and written(func):
+                kwargs = kwargs or {}
+                targets = plain_targets(func, args, kwargs)
+                if targets:
+                    flat, spec = _pytree.tree_flatten((args, kwargs))
+                    if any(isinstance(a, local_tensor) for a in flat):
+                        once = []
+                        for a in flat:
+                            if isinstance(a, local_tensor):
+                                value = same_on_every_rank(a)
+                                if value is None:
+                                    raise refusal(func, targets[0], "its per-rank values differ")
+                                a = value
+                            once.append(a)
+                        args, kwargs = _pytree.tree_unflatten(once, spec)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    return GuardedLocalTensorMode
+
+
+#: Per op overload: the (position, name) of each argument its schema writes into.
+_written_cache: dict[Any, tuple[tuple[int, str], ...]] = {}

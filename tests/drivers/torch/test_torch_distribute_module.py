@@ -134,7 +134,13 @@ def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
     want = reference(ids)
     want.sum().backward()
     replicated = Layout((None, None), MESH)
-    distribute_module(model, small_map(), input_layouts=replicated, output_layouts=Layout((None, None, None), MESH))
+    distribute_module(
+        model,
+        small_map(),
+        input_layouts=replicated,
+        output_layouts=Layout((None, None, None), MESH),
+        activations="dtensor",
+    )
     with spmd(MESH):
         out = model(ids)
         out.sum().backward()
@@ -156,6 +162,7 @@ def test_hooks_place_inputs_and_reduce_pending_sums_of_named_submodules(driver: 
         small_map(),
         input_layouts={"": Layout((None, None), MESH), "up": sharded_rows},  # a submodule's input, relaid out
         output_layouts={"down": [Layout((None, None, "x"), MESH)]},
+        activations="dtensor",
     )
     model.up.register_forward_pre_hook(lambda _m, args: seen.setdefault("up input", args[0]))  # runs after ours
     with spmd(MESH):
@@ -169,7 +176,10 @@ def test_without_output_layouts_a_pending_sum_stays_and_relayout_reduces_it(driv
     torch.manual_seed(0)
     reference = torch.nn.Linear(6, 4)
     model = distribute_module(
-        copy.deepcopy(reference), _map({"weight": (None, "x")}), input_layouts=Layout((None, "x"), MESH)
+        copy.deepcopy(reference),
+        _map({"weight": (None, "x")}),
+        input_layouts=Layout((None, "x"), MESH),
+        activations="dtensor",
     )
     x = torch.randn(3, 6)
     with spmd(MESH):
@@ -204,20 +214,24 @@ def test_what_torch_cannot_shard_is_refused_naming_the_parameter(driver: TorchDr
     assert not any(isinstance(p, DTensor) for p in layer.parameters())  # nothing replaced, nothing replicated
 
 
-def test_vocabulary_sharding_is_refused_in_the_simulation(driver: TorchDriver) -> None:
+def test_vocabulary_sharding_with_dtensor_activations_is_refused_in_the_simulation(driver: TorchDriver) -> None:
     with pytest.raises(lc.UnsupportedLayoutError, match=r"parameter 'embed\.weight'") as err:
-        distribute_module(Small(), _map({"embed.weight": ("x", None)}))
+        distribute_module(Small(), _map({"embed.weight": ("x", None)}), activations="dtensor")
     assert err.value.feature == "simulated_vocab_sharding"
 
 
 def test_bad_arguments_name_the_value(driver: TorchDriver) -> None:
     layout = Layout((None, None), MESH)
     with pytest.raises(lc.LayoutError, match="'nope'"):
-        distribute_module(Small(), small_map(), input_layouts={"nope": layout})
+        distribute_module(Small(), small_map(), input_layouts={"nope": layout}, activations="dtensor")
     with pytest.raises(lc.LayoutError, match="must be a Layout"):
-        distribute_module(Small(), small_map(), output_layouts={"up": ("x", None)})  # type: ignore[dict-item]
+        distribute_module(Small(), small_map(), output_layouts={"up": ("x", None)}, activations="dtensor")  # type: ignore[dict-item]
     with pytest.raises(lc.LayoutError, match=r"torch\.nn\.Module"):
         distribute_module(object(), small_map())
-    model = distribute_module(Small(), small_map(), input_layouts=[layout, layout])
+    with pytest.raises(lc.LayoutError, match="activations='dtensor'"):
+        distribute_module(Small(), small_map(), input_layouts=layout)  # local activations take no input layouts
+    with pytest.raises(lc.LayoutError, match="'local' or 'dtensor'"):
+        distribute_module(Small(), small_map(), activations="mixed")  # type: ignore[arg-type]
+    model = distribute_module(Small(), small_map(), input_layouts=[layout, layout], activations="dtensor")
     with pytest.raises(lc.LayoutError, match="2 positional inputs, but forward was called with 1"), spmd(MESH):
         model(torch.zeros(2, 3, dtype=torch.int64))

@@ -46,7 +46,11 @@ def layout_map(mesh: lc.Mesh) -> lc.LayoutMap:
 
 def io_layouts(mesh: lc.Mesh) -> dict[str, Any]:
     replicated = lc.Layout((None, None, None), mesh)
-    return {"input_layouts": {"": replicated}, "output_layouts": {"": replicated, "linear2": replicated}}
+    return {
+        "input_layouts": {"": replicated},
+        "output_layouts": {"": replicated, "linear2": replicated},
+        "activations": "dtensor",
+    }
 
 
 def train_reference() -> dict[str, Any]:
