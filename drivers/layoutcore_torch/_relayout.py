@@ -22,10 +22,11 @@ locally. The result is a ``DTensor`` built with ``from_local`` on the target mes
   world group, or a group of the participating ranks (``new_group(use_local_synchronization=True)``,
   made once per rank set).
 
-Not planned here, ``redistribute`` as before: pending sums (``Partial``, which torch reduces with a
-reduce-scatter or all-reduce), tensors that require grad (``redistribute`` is differentiable, the
-plan is not), and inputs torch's private planner cannot be read for (then the plan runs, which
-is always correct). Under ``torch.compile`` the front-end refuses, as for every data function.
+A pending sum (``Partial``) on its own mesh goes to ``redistribute`` as before (torch reduces it
+with a reduce-scatter or all-reduce); across meshes torch reduces it first, then the plan runs. A
+tensor that requires grad gets the plan as an autograd function whose backward runs the reverse
+plan. Where torch's private planner cannot be read, the plan runs (always right, at the floor).
+Under ``torch.compile`` the front-end refuses, as for every data function.
 """
 
 from __future__ import annotations
@@ -388,6 +389,11 @@ def _per_rank_ints(values: dict[int, int]) -> Any:
 
 
 def _run(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> Any:
+    """The plan itself: one ``all_to_all_single`` of raw bytes, then each target block assembled.
+
+    Simulated, every rank's buffers are built here and exchanged under ``LocalTensorMode``; on a real
+    group this rank builds its own and takes part if it holds or needs anything.
+    """
     shape = tuple(int(s) for s in tensor.shape)
     names, ranks = _participants(driver, source, target)
     plan = schedule(source, target, shape, str(tensor.dtype), names)
