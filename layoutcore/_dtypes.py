@@ -195,7 +195,8 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
     if name in _ML_DTYPES:
         import ml_dtypes  # lazy: only these dtypes need it
 
-        return np.dtype(getattr(ml_dtypes, name))
+        found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+        return found
     return np.dtype(name)
 
 

@@ -77,7 +77,7 @@ def _narrow_python_value(array: np.ndarray) -> np.ndarray:
     if narrow is None:
         return array
     with np.errstate(all="ignore"):
-        candidate = array.astype(narrow)
+        candidate: np.ndarray = array.astype(narrow)
         back = candidate.astype(array.dtype)
     return candidate if np.array_equal(as_bits(back), as_bits(array)) else array
 
