@@ -3,7 +3,10 @@
 A DCP directory holds ``.metadata`` (a pickle of ``torch.distributed.checkpoint.metadata.Metadata``)
 and ``*.distcp`` files. With the default ``torch.save`` serialisation, each stored chunk is a
 ``torch.save`` zip archive at ``(offset, length)`` inside a ``.distcp`` file; zip entries are
-stored uncompressed, so a chunk's elements are one C-order byte range of the ``.distcp``.
+stored uncompressed, so a chunk's elements are one C-order byte range of the ``.distcp``. With
+the ``SAFETENSORS`` serialisation each file holds one safetensors blob of its rank's chunks
+(which torch 2.13's own reader cannot read back: it records the blob's start as every item's
+offset); the chunks are found by name in the blob.
 
 Both pickles (``.metadata``, and each chunk's ``data.pkl``) are read by a restricted unpickler:
 only the exact classes DCP and ``torch.save`` write are allowed, each rebuilt as a plain
@@ -14,6 +17,7 @@ function not on the list -- raises ``CheckpointError`` naming the file before an
 from __future__ import annotations
 
 import io
+import json
 import math
 import pickle
 import struct
@@ -320,6 +324,75 @@ def _locate_chunk(
     return data + obj.offset * item, obj, window.bytes_read + 30
 
 
+def _locate_safetensors_chunk(
+    f: io.BufferedReader,
+    file: str,
+    offset: int,
+    fqn: str,
+    box: Box,
+    dtype: str,
+    cache: dict[tuple[str, int], tuple[dict[str, Any], int]],
+) -> tuple[int, int]:
+    """A chunk written with DCP's ``SAFETENSORS`` serialisation: (absolute data offset, bytes read).
+
+    Each rank's file holds, at the item's offset, one safetensors blob of its chunks keyed by
+    fully qualified name, with DCP's ``saved_offsets`` in ``__metadata__``. torch 2.13 records the
+    blob's start as every item's offset (its own reader then fails); the chunk is found by name
+    in the blob and checked against the metadata's box, dtype and the file's size.
+    """
+    from ._safetensors import SAFETENSORS_DTYPES
+
+    what = f"chunk {fqn!r} at {box[0]}"
+    cached = cache.get((file, offset))
+    read = 0
+    if cached is None:
+        f.seek(offset)
+        head = f.read(8)
+        size = f.seek(0, 2)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or n > 100_000_000 or offset + 8 + n > size:
+            raise checkpoint_error(
+                f"{file}: {what} at byte {offset} is neither a torch.save archive nor safetensors", file=file
+            )
+        f.seek(offset + 8)
+        try:
+            header = json.loads(f.read(n))
+            sharding = json.loads(header.get("__metadata__", {}).get("DCP_SHARDING_INFO", "{}"))
+            assert isinstance(header, dict) and isinstance(sharding, dict)
+        except (ValueError, AssertionError, AttributeError, TypeError):
+            raise checkpoint_error(
+                f"{file}: {what}: malformed safetensors header at byte {offset}", file=file
+            ) from None
+        header["__sharding__"] = sharding
+        cached = cache[(file, offset)] = (header, offset + 8 + n)
+        read = 8 + n
+    header, data_start = cached
+    entry = header.get(fqn)
+    saved = header["__sharding__"].get(fqn, {}).get("saved_offsets")
+    try:
+        code, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+    except (TypeError, KeyError, ValueError):
+        raise checkpoint_error(
+            f"{file}: the safetensors blob at byte {offset} has no entry for {what}", file=file
+        ) from None
+    nbytes = math.prod(box[1]) * itemsize(dtype)
+    f.seek(0, 2)
+    if (
+        SAFETENSORS_DTYPES.get(code) != dtype
+        or shape != box[1]
+        or (saved is not None and tuple(saved) != box[0])
+        or end - begin != nbytes
+        or begin < 0
+        or data_start + end > f.tell()
+    ):
+        raise checkpoint_error(
+            f"{file}: {what}: the safetensors entry ({code} {list(shape)} at [{begin}, {end}), saved offsets "
+            f"{saved}) does not match the metadata's {dtype} {box[1]} or lies past the file's end",
+            file=file,
+        )
+    return data_start + begin, read
+
+
 def _key_path(keys: Any, fqn: str) -> tuple[str, ...]:
     if isinstance(keys, (tuple, list)) and keys and all(isinstance(k, (str, int)) for k in keys):
         return tuple(str(k) for k in keys)
@@ -327,16 +400,15 @@ def _key_path(keys: Any, fqn: str) -> tuple[str, ...]:
 
 
 def open_dcp(path: Path) -> ForeignCheckpoint:
-    """Open a DCP directory saved with the default ``torch.save`` serialisation.
+    """Open a DCP directory saved with the default ``torch.save`` serialisation, or ``SAFETENSORS``.
 
     Tree paths are the state dict's nested keys joined by ``/`` (from DCP's planner data, where
     the saved dict was nested); non-tensor values (``step``) are read at open, as plain data.
 
     Raises:
         CheckpointError: a pickle with a class outside the allow-list, a missing ``.distcp``
-            file, a chunk stored with a transform (compression) or the ``safetensors``
-            serialisation, a chunk that is not one C-contiguous tensor, or chunks that do not
-            tile their tensor.
+            file, a chunk stored with a transform (compression),
+            a chunk that is not one C-contiguous tensor, or chunks that do not tile their tensor.
     """
     meta_file = path / ".metadata"
     name = str(meta_file)
@@ -360,6 +432,7 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
     paths: list[tuple[str, ...]] = []
     files: set[str] = {str(meta_file.resolve())}
     handles: dict[str, io.BufferedReader] = {}
+    st_headers: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
     read = len(raw)
     try:
         for fqn, entry in entries.items():
@@ -417,6 +490,12 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
                         f"{name}: {fqn!r} stores a chunk at {offset} that its metadata lacks", file=name
                     )
                 f, key = handle(info.relative_path)
+                f.seek(int(info.offset))
+                if f.read(4) != b"PK\x03\x04":  # not a torch.save zip: DCP's SAFETENSORS serialisation
+                    start, n = _locate_safetensors_chunk(f, key, int(info.offset), fqn, box, dtype, st_headers)
+                    read += n
+                    pieces.append(StoredPiece(key, start, box[0], box[1]))
+                    continue
                 start, tensor, n = _locate_chunk(
                     f, key, int(info.offset), int(info.length), f"chunk {fqn!r} at {box[0]}"
                 )

@@ -1,6 +1,6 @@
 """One rank of a 2-process gloo group saving oracle.dcp_arrays() with torch.distributed.checkpoint.
 
-Usage: python torch_dcp_save.py RANK PORT OUT_DIR. Placements over a 1-D mesh of 2 ranks and a
+Usage: python torch_dcp_save.py RANK PORT OUT_DIR [--safetensors]. Placements over a 1-D mesh of 2 ranks and a
 2x1 mesh: Shard(0), Shard(1), uneven Shard(0) (5 rows over 2), [Shard(0), Shard(1)] on 2x1,
 Replicate; plus a plain int ``step``.
 """
@@ -43,7 +43,13 @@ sd = {
     "rep": t(g["rep"]),
     "step": 7,
 }
-dcp.save(sd, checkpoint_id=out)
+if "--safetensors" in sys.argv:  # DCP's SAFETENSORS serialisation (torch 2.13 cannot read it back)
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    writer = dcp.FileSystemWriter(out, serialization_format=SerializationFormat.SAFETENSORS)
+    dcp.save(sd, storage_writer=writer)
+else:
+    dcp.save(sd, checkpoint_id=out)
 dist.barrier()
 dist.destroy_process_group()
 print("SAVED", rank)
