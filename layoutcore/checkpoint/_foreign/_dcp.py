@@ -367,10 +367,12 @@ def _locate_safetensors_chunk(
         cached = cache[(file, offset)] = (header, offset + 8 + n)
         read = 8 + n
     header, data_start = cached
-    entry = header.get(fqn)
-    saved = header["__sharding__"].get(fqn, {}).get("saved_offsets")
+    entry: Any = header.get(fqn)
+    info: Any = header["__sharding__"].get(fqn)
+    saved = info.get("saved_offsets") if isinstance(info, dict) else None
     try:
         code, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        begin, end = int(begin), int(end)
     except (TypeError, KeyError, ValueError):
         raise checkpoint_error(
             f"{file}: the safetensors blob at byte {offset} has no entry for {what}", file=file
@@ -380,7 +382,7 @@ def _locate_safetensors_chunk(
     if (
         SAFETENSORS_DTYPES.get(code) != dtype
         or shape != box[1]
-        or (saved is not None and tuple(saved) != box[0])
+        or (saved is not None and tuple(saved) != tuple(box[0]))
         or end - begin != nbytes
         or begin < 0
         or data_start + end > f.tell()
