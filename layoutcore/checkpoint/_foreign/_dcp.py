@@ -382,7 +382,7 @@ def _locate_safetensors_chunk(
     if (
         SAFETENSORS_DTYPES.get(code) != dtype
         or shape != box[1]
-        or (saved is not None and tuple(saved) != tuple(box[0]))
+        or (saved is not None and (not isinstance(saved, list) or tuple(saved) != tuple(box[0])))
         or end - begin != nbytes
         or begin < 0
         or data_start + end > f.tell()
