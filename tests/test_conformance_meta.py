@@ -343,7 +343,19 @@ def test_adapters_read_the_framework_not_the_driver(path: Path) -> None:
 
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = path.parent.name
+    # relayout_bytes counts the bytes the framework's collectives move with the driver's own counter (the
+    # framework has no public one); it reads no data, layout or device name, which every other member must
+    # get from the framework alone. Its imports are the one exemption, and only of the counter.
+    counters = [
+        node
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef) and fn.name == "relayout_bytes"
+        for node in ast.walk(fn)
+        if isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["CollectiveBytes"]
+    ]
     for node in ast.walk(tree):
+        if node in counters:
+            continue
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0 and not (node.module or "").startswith(package), (
                 f"{path.name} imports {'.' * node.level}{node.module or ''}: an adapter uses framework calls only"
