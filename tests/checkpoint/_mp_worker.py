@@ -57,6 +57,7 @@ def evict(path: Path) -> None:
     for p in path.rglob("*"):
         if p.is_file():
             fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)  # dirty pages (just saved) are not dropped: write them back first
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
 
