@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import layoutcore as lc
 from layoutcore.checkpoint import _foreign as F
@@ -209,3 +211,37 @@ def test_value_outside_plain_data_is_listed_not_loaded(tmp_path: Path, fake_torc
     with pytest.raises(lc.CheckpointError, match=r"value 'cfg' was not loaded.*(posix|os)\.system"):
         F.load(F.open_foreign(d), driver="numpy")
     assert not marker.exists()
+
+
+@given(
+    target=st.sampled_from([".metadata", "__0_0.distcp"]),
+    cut=st.integers(0, 200),
+    flips=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=4),
+)
+@settings(
+    max_examples=int(os.environ.get("IC_FUZZ", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_corrupt_dcp_raises_checkpoint_error_or_reads(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_torch: dict[str, type],
+    target: str,
+    cut: int,
+    flips: list[tuple[int, int]],
+) -> None:
+    """Truncated or byte-flipped .metadata / .distcp: CheckpointError, or a load of the right shape."""
+    d = tmp_path_factory.mktemp("fuzz") / "dcp"
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _write_dcp(d, fake_torch, a, _tensor_record(a))
+    file = d / target
+    data = bytearray(file.read_bytes())
+    for pos, value in flips:
+        if pos < len(data):
+            data[pos] = value
+    file.write_bytes(bytes(data[: max(0, len(data) - cut)]))
+    try:
+        out = F.load(F.open_foreign(d), driver="numpy")
+    except lc.CheckpointError:
+        return
+    assert lc.to_numpy(out["w"]).shape == (3, 4)

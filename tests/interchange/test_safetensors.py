@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 import safetensors
 import safetensors.numpy as stn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from safetensors import safe_open
 
 import layoutcore as lc
@@ -250,3 +253,33 @@ def test_export_streams_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     index = F.export_safetensors(tmp_path / "big.safetensors", tmp_path / "o")
     assert max(sizes) <= 1000 and len(sizes) == -(-64 // 5)  # 5 rows of 200 bytes per block
     assert _same_bits(_index_reader(index.parent)["big"], big)
+
+
+@given(cut=st.integers(0, 400), flips=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=4))
+@settings(
+    max_examples=int(os.environ.get("IC_FUZZ", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+def test_corrupt_files_raise_checkpoint_error_or_read_exactly(
+    tmp_path: Path, cut: int, flips: list[tuple[int, int]]
+) -> None:
+    """Truncated or byte-flipped files: CheckpointError naming the file, or a load whose every
+    tensor has exactly its header's shape and size -- never another exception."""
+    good = tmp_path / "good.safetensors"
+    if not good.exists():
+        stn.save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(4, dtype=np.int16)}, str(good))
+    data = bytearray(good.read_bytes())
+    for pos, value in flips:
+        if pos < len(data):
+            data[pos] = value
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(data[: len(data) - cut]) if cut < len(data) else b"")
+    try:
+        ckpt = F.open_foreign(bad)
+        out = F.load(ckpt, driver="numpy")
+    except lc.CheckpointError as err:
+        assert str(bad) in str(err)
+        return
+    for key, t in ckpt.tensors.items():
+        assert lc.to_numpy(out[key]).shape == t.shape

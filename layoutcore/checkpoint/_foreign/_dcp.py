@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._dtypes import itemsize
+from ..._errors import LayoutcoreError
 from .._read_plan import StoredPiece
 from ._errors import CheckpointError, checkpoint_error
 from ._model import Box, ForeignCheckpoint, ForeignTensor, RefusedValue, nest
@@ -278,7 +279,7 @@ def _locate_chunk(
         archive = zipfile.ZipFile(io.BufferedReader(window, buffer_size=4096))
         infos = {i.filename.split("/", 1)[-1]: i for i in archive.infolist()}
         pkl = archive.read(infos["data.pkl"])
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, ValueError) as err:
+    except Exception as err:  # zipfile raises BadZipFile, NotImplementedError, zlib.error, struct.error, ...
         raise checkpoint_error(
             f"{file}: {what} at bytes [{offset}, {offset + length}) is not a torch.save archive ({err})", file=file
         ) from None
@@ -428,7 +429,10 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
         raise checkpoint_error(f"{name}: Metadata without state_dict_metadata/storage_data", file=name)
     by_fqn: dict[str, list[tuple[tuple[int, ...] | None, Any]]] = {}
     for index, info in storage.items():
-        by_fqn.setdefault(getattr(index, "fqn", ""), []).append((getattr(index, "offset", None), info))
+        offset = getattr(index, "offset", None)
+        if offset is not None and not isinstance(offset, tuple):
+            raise checkpoint_error(f"{name}: malformed storage index {index!r}", file=name)
+        by_fqn.setdefault(str(getattr(index, "fqn", "")), []).append((offset, info))
     tensors: dict[str, ForeignTensor] = {}
     values: dict[str, Any] = {}
     paths: list[tuple[str, ...]] = []
@@ -513,6 +517,12 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
             tensors[tree_path] = ForeignTensor(
                 tree_path, fqn, shape, dtype, None, tuple((p.start, p.shape) for p in pieces), tuple(pieces)
             )
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, OverflowError) as err:
+        # the stand-ins hold whatever the pickle gave them: a missing field or a wrong type is a
+        # malformed checkpoint (layoutcore's own errors pass through untouched)
+        if isinstance(err, LayoutcoreError):
+            raise
+        raise checkpoint_error(f"{name}: malformed DCP metadata ({type(err).__name__}: {err})", file=name) from None
     finally:
         for f in handles.values():
             f.close()

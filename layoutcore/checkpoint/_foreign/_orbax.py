@@ -221,9 +221,14 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
     chunks: dict[str, tuple[int, ...]] = {}
     paths: list[tuple[str, ...]] = []
     values: dict[str, Any] = {}
-    for entry in tree_meta.values():
-        keys = tuple(str(k["key"]) for k in entry["key_metadata"])
-        kind = entry.get("value_metadata", {}).get("value_type", "")
+    for entry in tree_meta.values() if isinstance(tree_meta, dict) else ():
+        try:
+            keys = tuple(str(k["key"]) for k in entry["key_metadata"])
+            kind = str(entry.get("value_metadata", {}).get("value_type", ""))
+        except (KeyError, TypeError, AttributeError):
+            raise checkpoint_error(
+                f"{meta_file}: malformed tree entry {str(entry)[:200]}", file=str(meta_file)
+            ) from None
         paths.append(keys)
         tree_path, key = "/".join(keys), ".".join(keys)
         kv = (

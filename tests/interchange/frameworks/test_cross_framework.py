@@ -286,3 +286,14 @@ def test_target_forms_on_a_foreign_checkpoint(orbax_dir: Path) -> None:
     wrong = lc.TensorSpec((8, 12), "bfloat16", lc.Layout((None, None), mesh))
     with pytest.raises(lc.LayoutMismatchError, match="params/dense/kernel"):
         ckpt.load(orbax_dir, {"params/dense/kernel": wrong}, driver="numpy")
+
+
+def test_orbax_malformed_metadata(orbax_dir: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(orbax_dir, bad)
+    (bad / "_METADATA").write_text('{"tree_metadata": {"x": {"value_metadata": {}}}}')
+    with pytest.raises(lc.CheckpointError, match="_METADATA"):
+        ckpt.inspect(bad)
+    (bad / "_METADATA").write_text("{not json")
+    with pytest.raises(lc.CheckpointError, match="_METADATA"):
+        ckpt.load(bad)
