@@ -45,12 +45,23 @@ from typing import Any, ClassVar
 import numpy as np
 
 from layoutcore import DriverUnavailableError, Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import BoundLayout, Capability, Driver
+from layoutcore.driver import BoundLayout, Capability, Driver, numpy_dtype
 
 from . import _convert, _factories, _private, _relayout
 from ._mode import ProcessGroupMode, World, warn_if_untested
 
 __all__ = ["TorchDriver"]
+
+
+#: Same-width dtypes gloo's collectives move, for those it has none for (by canonical name).
+_GLOO_CARRIERS = {
+    "int16": "float16",
+    "uint16": "float16",
+    "uint32": "int32",
+    "uint64": "int64",
+    "float8_e4m3fn": "uint8",
+    "float8_e5m2": "uint8",
+}
 
 
 class TorchDriver(Driver):
@@ -211,7 +222,37 @@ class TorchDriver(Driver):
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,
         ``Partial``, into ``layout``); elsewhere, and across meshes, ``relayout_plan``'s transfers in one
-        ``all_to_all_single`` (:mod:`._relayout`)."""
+        ``all_to_all_single`` (:mod:`._relayout`). On a real group, a dtype gloo has no collectives for
+        moves as a same-width view (:meth:`_carried`)."""
+        carried = self._carried(tensor)
+        if carried is not None:
+            return self._uncarried(self._relayout_any(carried, layout, devices), tensor.dtype)
+        return self._relayout_any(tensor, layout, devices)
+
+    def _carried(self, tensor: Any) -> Any:
+        """``tensor`` as a same-width view of a dtype gloo's collectives move, where ``tensor``'s dtype has
+        none (int16, uint16/32/64, float8: "Invalid scalar type", measured on torch 2.13 with 2 gloo ranks)
+        and no pending sum needs its arithmetic; else None. The collectives only copy, so the bits survive."""
+        carrier = _GLOO_CARRIERS.get(str(tensor.dtype).removeprefix("torch."))
+        if carrier is None or self.world().simulated or any(p.is_partial() for p in tensor.placements):
+            return None
+        return self._view(tensor, getattr(self._torch, carrier))
+
+    def _uncarried(self, tensor: Any, dtype: Any) -> Any:
+        return self._view(tensor, dtype)
+
+    def _view(self, tensor: Any, dtype: Any) -> Any:
+        """A DTensor over this rank's block viewed as ``dtype`` (same width), with ``tensor``'s layout."""
+        return self._DTensor.from_local(
+            tensor.to_local().view(dtype),
+            tensor.device_mesh,
+            tensor.placements,
+            run_check=False,
+            shape=tensor.shape,
+            stride=tensor.stride(),
+        )
+
+    def _relayout_any(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         mesh = layout.require_mesh()
         device_mesh = self.device_mesh(mesh)
         placements = _convert.placements(layout)
@@ -239,6 +280,9 @@ class TorchDriver(Driver):
         return _convert.layout_from_placements(tensor.placements, mesh, tensor.ndim)
 
     def native_to_numpy(self, tensor: Any) -> np.ndarray:
+        carried = self._carried(tensor)
+        if carried is not None:  # gloo gathers no such dtype: gather its bits
+            return self.native_to_numpy(carried).view(numpy_dtype(str(tensor.dtype).removeprefix("torch.")))
         with self.spmd(tensor.device_mesh.size()):
             full = _private.waited(tensor.full_tensor())  # a pending collective finishes in the mode
         if _private.is_local_tensor(full):  # simulated: every rank holds the same gathered value

@@ -3,6 +3,8 @@ bfloat16/float8 tensors in, and ml_dtypes arrays out of to_numpy (never a widene
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from conftest import HERE, REPO, clean_env, free_port
 from layoutcore_torch import TorchDriver
 
 import layoutcore as lc
@@ -73,3 +76,35 @@ def test_call_with_layout_keeps_the_dtype(torch_driver: TorchDriver, dtype: obje
 
 def test_mixed_dtypes_in_pack_are_refused(torch_driver: TorchDriver) -> None:
     checks.check_mixed_pack_refused("torch")
+
+
+def test_every_dtype_on_a_real_gloo_group() -> None:
+    """gloo has no collectives for int16, uint16/32/64 or float8 ("Invalid scalar type"): the driver moves a
+    same-width view. Two real processes; every result bit for bit."""
+    port = free_port()
+    worker = str(HERE / "mp_torch_dtypes_worker.py")
+    env = clean_env({"LAYOUTCORE_DRIVER": "torch"})
+    procs = [
+        subprocess.Popen(
+            [sys.executable, worker, str(rank), str(port), "60"],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=150)
+            assert p.returncode == 0, err[-3000:]
+            outputs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for result in outputs:
+        assert result["dtypes"] == dict.fromkeys(ALL_DTYPES, True), result

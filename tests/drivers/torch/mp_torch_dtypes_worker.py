@@ -1,0 +1,61 @@
+"""One rank of the 2-process gloo dtype test (test_torch_dtypes.py); not a test module itself.
+
+Usage: ``python mp_torch_dtypes_worker.py RANK PORT TIMEOUT_S``. For every dtype: distribute, relayout
+to two layouts, to_numpy and pack on a real gloo group; prints one JSON line of per-dtype results
+(``true`` where every result equals the NumPy value bit for bit, else the error).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+import numpy as np
+import torch.distributed as dist
+
+import layoutcore as lc
+from layoutcore._dtypes import random_values
+from layoutcore.driver import ALL_DTYPES, as_bits
+
+
+def same(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(got.dtype == want.dtype and np.array_equal(as_bits(got), as_bits(want)))
+
+
+def main() -> None:
+    rank, port, timeout_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    lc.set_driver("torch")
+    mesh = lc.Mesh((2,), ("x",))
+    rows, columns, replicated = (
+        lc.Layout(("x", None), mesh),
+        lc.Layout((None, "x"), mesh),
+        lc.Layout.replicated(mesh, 2),
+    )
+    drv = lc.get_driver()
+    mine = drv.local_positions(mesh, drv.bind_mesh(mesh))
+    out: dict[str, object] = {}
+    for name in ALL_DTYPES:
+        x = random_values(name, (4, 4), seed=ALL_DTYPES.index(name))
+        try:
+            t = lc.distribute_tensor(x, rows)
+            packed = lc.pack([x[rows.device_slices(x.shape)[p]] for p in mine], rows, global_shape=x.shape)
+            results = [lc.to_numpy(t), lc.to_numpy(lc.relayout(t, columns)), lc.to_numpy(lc.relayout(t, replicated))]
+            results.append(lc.to_numpy(packed))
+            out[name] = all(same(r, x) for r in results)
+        except Exception as exc:  # reported to the parent, which fails the test naming it
+            out[name] = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps({"rank": rank, "dtypes": out}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
