@@ -140,7 +140,7 @@ class TensorSpec:
 
     def replace(self, **changes: Any) -> TensorSpec:
         """A new spec with some fields replaced (``spec.replace(dtype="bfloat16")``)."""
-        fields = {"shape": self.shape, "dtype": self.dtype, "layout": self.layout}
+        fields: dict[str, Any] = {"shape": self.shape, "dtype": self.dtype, "layout": self.layout}
         unknown = set(changes) - set(fields)
         if unknown:
             raise TypeError(f"TensorSpec.replace() got unknown fields {sorted(unknown)}")

@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = ["crc32c"]
 
+_g: Any
 try:
     import google_crc32c as _g
 except ImportError:  # pragma: no cover - exercised only where the wheel is missing

@@ -205,7 +205,7 @@ class ArrayStorage:
 
     def zarr_metadata(self, attributes: dict[str, Any]) -> dict[str, Any]:
         data_type = storage_dtype(self.dtype)
-        inner = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+        inner: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
         if self.shape:
             codecs: list[dict[str, Any]] = [
                 {
