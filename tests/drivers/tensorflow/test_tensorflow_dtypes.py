@@ -9,13 +9,16 @@ bits (docs/dtypes.md); these tests read every component with TF's own ``.numpy()
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
+from _tf_helpers import child_env, free_ports
 from layoutcore_tensorflow import TensorFlowDriver, from_str, serialized_string
 from layoutcore_tensorflow import _driver as tf_driver_module
 
@@ -170,3 +173,29 @@ def test_relayout_and_fetch_layout_of_a_dtensor_captured_by_a_tf_function(driver
     assert lc.fetch_layout(out) == target
     checks.assert_bits(lc.to_numpy(out), x, "relayout in tf.function")
     checks.assert_bits(lc.to_numpy(fetched()), x, "fetch_layout in tf.function")
+
+
+def test_two_clients_move_every_bit_across_clients() -> None:
+    """Multi-client relayouts and to_numpy's gather move int32/int64 views through DTensor."""
+    ports = ",".join(str(p) for p in free_ports(2))
+    worker = Path(__file__).with_name("tf_mc_dtypes_worker.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(cid), ports],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for cid in (0, 1)
+    ]
+    deadline = time.monotonic() + 150
+    try:
+        for cid, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 0 and f"client {cid} ok" in out, f"client {cid}\n{out}\n{err[-3000:]}"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()  # SIGKILL: a DTensor client stuck in its rendezvous ignores SIGTERM
+                proc.communicate()
