@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -279,6 +280,26 @@ def _owners(spec: TensorSpec) -> dict[int, tuple[int, ...]]:
     return out
 
 
+# -- progress ----------------------------------------------------------------------------------
+#: Saves and loads of at least this many bytes show a progress bar when stderr is a terminal.
+PROGRESS_MIN_BYTES = 256 << 20
+
+
+@contextlib.contextmanager
+def _progress(what: str, total: int) -> Any:
+    """A callback advancing a rich progress bar by n bytes (rich imported only on a terminal)."""
+    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    columns = (what, BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
 # -- save --------------------------------------------------------------------------------------
 def save(
     path: str | os.PathLike[str],
@@ -330,9 +351,11 @@ def save(
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
         engine.barrier(f"layoutcore.checkpoint.save:start:{target}")
+    stack = contextlib.ExitStack()
     try:
         entries, files, total = {}, [], 0
         groups: set[str] = set()
+        advance = stack.enter_context(_progress("saving", sum(lf.spec.nbytes for _, lf in prepared)))
         for leaf_path, leaf in prepared:
             spec = leaf.spec
             storage = _storage(leaf_path, spec, read_layouts)
@@ -344,6 +367,7 @@ def save(
                     block = _host_component(leaf, leaf.components[local[p]])
                     write_shard(tmp, storage, index, block)
                 files.append(storage.shard_file(index))
+            advance(spec.nbytes)
             total += spec.nbytes
             parts = storage.node.split("/")
             for i in range(1, len(parts)):
@@ -398,6 +422,8 @@ def save(
         if engine.size == 1:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        stack.close()
     return _info_from_meta(target, meta)
 
 
@@ -799,7 +825,9 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     values: dict[str, Any] = {}
     fds: dict[str, int] = {}
     scratch = [np.empty(0, dtype=np.uint8)]  # one read buffer for the whole load (peak: one stored piece)
+    stack = contextlib.ExitStack()
     try:
+        advance = stack.enter_context(_progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
         for tl in plans:
             dtype = numpy_dtype(tl.saved.dtype)
             reads = tl.geometry.reads
@@ -821,7 +849,9 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
                 components.append(outs[b] if b not in used else outs[b].copy())
                 used.add(b)
             values[tl.path] = drv.pack(components, tl.layout, global_shape=tl.saved.shape)
+            advance(tl.geometry.read_bytes)
     finally:
+        stack.close()
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
