@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ._errors import AmbiguousLayoutError, LayoutError, UnmatchedPathError, UnmatchedPathWarning
 from ._layout import Layout
 from ._mesh import Mesh
-from ._patterns import NEAR_MISSES, _bigrams, _compile, _spellings, near_misses
+from ._patterns import NEAR_MISSES, _compile, any_match, near_miss_index, near_misses, required_literal
 
 __all__ = ["LayoutMap", "MatchReport", "current_layout_map", "layout_map_scope"]
 
@@ -31,6 +31,7 @@ CACHE_BYTES = 4 << 20
 _ENTRY_OVERHEAD = 100
 #: Paths longer than this are looked up but not cached (one would take a large share of the cache).
 _MAX_CACHED_PATH = CACHE_BYTES // 64
+_UNBUILT = object()
 #: An unmatched-path warning or error names this many paths, each with its near misses.
 _NAMED_PATHS = 10
 
@@ -162,11 +163,17 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._on_missing = on_missing
         self._layouts: dict[str, Layout] = {}
         self._matchers: dict[str, Callable[[str], Any]] = {}
-        self._literals: dict[str, tuple[str, ...]] = {}  # for near misses: literal text, and its pairs
-        self._bigrams: dict[str, tuple[frozenset[str], ...]] = {}
+        # pattern -> literal text every match contains: a substring test rules most patterns out first.
+        self._required: dict[str, str] = {}
+        # For near misses: each pattern's literal spellings and their character pairs, built on the first
+        # near-miss question after a change (inserting 100 000 patterns must not pay for them).
+        self._near_index: tuple[dict[str, tuple[str, ...]], dict[str, tuple[frozenset[str], ...]]] | None = None
         # path -> layout (or None); bounded in bytes (see CACHE_BYTES), not in entries.
         self._cache: dict[str, Layout | None] = {}
         self._cache_bytes = 0
+        # One alternation of every pattern, built on first lookup (see _patterns.any_match).
+        self._screen: Callable[[str], Any] | object | None = _UNBUILT
+        self._near_index = None
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -219,8 +226,7 @@ class LayoutMap(MutableMapping[str, Layout]):
             layout = layout.with_mesh(self._mesh)
         self._layouts[pattern] = layout
         self._matchers[pattern] = getattr(compiled, self._match)
-        self._literals[pattern] = _spellings(parsed)
-        self._bigrams[pattern] = tuple(_bigrams(spelling) for spelling in self._literals[pattern])
+        self._required[pattern] = required_literal(parsed, compiled.flags)
         self._clear_cache()
 
     def __getitem__(self, path: str) -> Layout | None:  # type: ignore[override]  # None for no match (keras), not KeyError
@@ -250,9 +256,16 @@ class LayoutMap(MutableMapping[str, Layout]):
         return self._pattern_for(path)
 
     def _pattern_for(self, path: str) -> str | None:
+        screen = self._screen
+        if screen is _UNBUILT:
+            screen = self._screen = any_match(self._matchers, self._match)
+        if screen is not None and not screen(path):  # one pass rules out every pattern
+            return None
+        matchers = self._matchers
+        candidates = [p for p, literal in self._required.items() if literal in path]  # insertion order
         if self._on_multiple == "first":
-            return next((p for p, matcher in self._matchers.items() if matcher(path)), None)
-        matches = [p for p, matcher in self._matchers.items() if matcher(path)]
+            return next((p for p in candidates if matchers[p](path)), None)
+        matches = [p for p in candidates if matchers[p](path)]
         if len(matches) > 1:
             raise AmbiguousLayoutError(
                 f"Path {path!r} matches multiple layout specification keys: {matches}. Make the patterns "
@@ -273,8 +286,11 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._cache_bytes += cost
 
     def _clear_cache(self) -> None:
+        # Every change of the patterns comes through here: the combined screen is rebuilt on next use.
         self._cache.clear()
         self._cache_bytes = 0
+        self._screen = _UNBUILT
+        self._near_index = None
 
     def near_misses(self, path: str, n: int = NEAR_MISSES) -> tuple[str, ...]:
         """The ``n`` patterns most similar to ``path`` (``difflib`` ratio over the pattern's literal text).
@@ -282,7 +298,9 @@ class LayoutMap(MutableMapping[str, Layout]):
         Under ``match="search"`` and ``"match"`` a pattern is compared with the best part of the path it
         could stand for, so ``"dense.*kernel"`` is close to ``"model/dense_1/kernal"``.
         """
-        return near_misses(path, self._literals, self._bigrams, self._match, n)
+        if self._near_index is None:
+            self._near_index = near_miss_index(self._matchers)
+        return near_misses(path, *self._near_index, self._match, n)
 
     def explain(self, path: str) -> MatchReport:
         """How ``path`` resolves: exact key, every matching pattern, the chosen one, or the near misses.
@@ -398,8 +416,7 @@ class LayoutMap(MutableMapping[str, Layout]):
     def __delitem__(self, pattern: str) -> None:
         del self._layouts[pattern]
         del self._matchers[pattern]
-        del self._literals[pattern]
-        del self._bigrams[pattern]
+        del self._required[pattern]
         self._clear_cache()
 
     def __iter__(self) -> Iterator[str]:

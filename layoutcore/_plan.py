@@ -328,6 +328,7 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
     cache: dict[Any, Any] = {}
     dtypes: dict[Any, tuple[str, int]] = {}
     replicated: dict[int, Layout] = {}
+    shard_counts: dict[Layout, tuple[int, ...]] = {}
     entries = []
     unmatched = []
     used: set[str] = set()
@@ -364,7 +365,10 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
                     value=layout,
                 )
         device_bytes = _device_bytes(layout, shape, itemsize, cache)
-        shard_shape = tuple(geometry.chunk_size(s, layout.num_shards(d)) for d, s in enumerate(shape))
+        counts = shard_counts.get(layout)
+        if counts is None:  # num_shards validates its argument: once per layout, not per variable
+            counts = shard_counts[layout] = tuple(layout.num_shards(d) for d in range(layout.rank))
+        shard_shape = tuple(geometry.chunk_size(s, n) for s, n in zip(shape, counts, strict=True))
         entry = PlanEntry(path, shape, name, pattern, layout, shard_shape, device_bytes)
         entries.append(entry)
         for d, b in enumerate(device_bytes):

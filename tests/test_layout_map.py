@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from layoutcore import (
     AmbiguousLayoutError,
@@ -137,11 +141,22 @@ def test_patterns_are_compiled_once_at_insert(monkeypatch: pytest.MonkeyPatch) -
     lm["dense.*kernel"] = ("x", None)
     lm["bias"] = (None,)
 
-    def no_compile(*args: object, **kwargs: object) -> None:
-        raise AssertionError("re.compile during lookup")
+    compiled = []
+    real_compile = re.compile
 
-    monkeypatch.setattr(re, "compile", no_compile)
-    monkeypatch.setattr(re, "search", no_compile)
+    def counting_compile(*args: Any, **kwargs: Any) -> Any:
+        compiled.append(args[0])
+        return real_compile(*args, **kwargs)
+
+    def no_search(*args: object, **kwargs: object) -> None:
+        raise AssertionError("re.search during lookup")
+
+    monkeypatch.setattr(re, "compile", counting_compile)
+    monkeypatch.setattr(re, "search", no_search)
+    for path in ("a/dense_1/kernel", "a/b", "x/bias", "a/dense_2/kernel"):
+        lm[path]
+    # Lookups compile nothing but the one alternation of every pattern (the screen), once per change of the map.
+    assert compiled == ["(?:dense.*kernel)|(?:bias)"]
     assert lm["a/dense_1/kernel"].axes == ("x", None)
     assert lm["a/b"] is None
 
@@ -404,7 +419,17 @@ def test_nested_unbounded_repeats_are_refused(pattern: str) -> None:
     assert repr(pattern) in str(info.value)
 
 
-@pytest.mark.parametrize("pattern", ["(a++)+$", "(?>a+)+$", "(a{1,3})+", "(dense|conv)_\\d+/kernel", "a+b*c+"])
+@pytest.mark.parametrize("pattern", ["(a|a)+$", "(?:a|a)*x", "(a|ab)+$", "(ab|abc)+$", "(x|)+$", "((a|a)b)+"])
+def test_repeated_alternations_whose_branches_overlap_are_refused(pattern: str) -> None:
+    lm = LayoutMap(MESH)
+    with pytest.raises(LayoutError, match="alternation whose branches may match the same text") as info:
+        lm[pattern] = ("x",)
+    assert repr(pattern) in str(info.value) and len(lm) == 0
+
+
+@pytest.mark.parametrize(
+    "pattern", ["(a++)+$", "(?>a+)+$", "(a{1,3})+", "(dense|conv)_\\d+/kernel", "a+b*c+", "(a|b)+$", "(query|key)+$"]
+)
 def test_possessive_atomic_bounded_and_flat_repeats_are_accepted(pattern: str) -> None:
     import time
 
@@ -430,3 +455,36 @@ def test_the_lookup_cache_is_bounded_in_bytes() -> None:
     assert held <= CACHE_BYTES  # not the 562 MiB an entry-count bound allowed
     assert 0 < lm.cache_bytes <= CACHE_BYTES
     assert lm["model/dense/kernel"] == Layout(["x"], MESH)  # still answers, from the cache or not
+
+
+_SCREEN_PATTERNS = [
+    "dense.*kernel",
+    "dense_1/bias$",
+    "^enc/(query|key)/kernel",
+    "(?i)DENSE_2",
+    r"(a)\1",
+    "conv2d_[0-9]+/kernel",
+    "kernel",
+    "b.as",
+    r"(?P<x>emb)edding",
+    "layer_(7|17)/",
+    "^$",
+    "x{2,}y",
+]
+_SCREEN_PATHS = st.text(alphabet="abdeiklnrsyxqucvmo_/0127DENS", max_size=30) | st.sampled_from(
+    ["dense_1/kernel", "dense_1/bias", "enc/query/kernel", "my/DENSE_2/w", "aa", "layer_17/w", "", "xxy", "embedding"]
+)
+
+
+@pytest.mark.parametrize("mode", ["search", "match", "fullmatch"])
+@given(data=st.data())
+def test_lookup_equals_trying_every_pattern(mode: str, data: st.DataObject) -> None:
+    """The combined-alternation screen and the literal prefilter never change an answer: the oracle
+    tries every pattern with Python's re, in insertion order."""
+    chosen = data.draw(st.lists(st.sampled_from(_SCREEN_PATTERNS), unique=True, max_size=8))
+    layout_map = LayoutMap(match=mode, on_multiple="first")  # type: ignore[arg-type]  # mode is one of the three
+    for i, pattern in enumerate(chosen):
+        layout_map[pattern] = Layout([None] * (i + 1))
+    for path in data.draw(st.lists(_SCREEN_PATHS, max_size=6)):
+        expected = next((p for p in chosen if getattr(re.compile(p), mode)(path)), None)
+        assert layout_map.pattern_for(path) == expected, (chosen, path)
