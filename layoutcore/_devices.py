@@ -40,6 +40,10 @@ _FULL = re.compile(
     re.ASCII,
 )
 _LOCAL_PREFIX = "/job:localhost/replica:0/task:0"
+#: The job names TF's device-name parser accepts (measured with tf.experimental.dtensor.Mesh.from_string on
+#: TF 2.21: 'my-worker', 'w.1', '1w' and '_w' fail with "Failed to parse local_devices"); see
+#: docs/framework-facts.md.
+_JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*", re.ASCII)
 # Already-canonical local names of one type, one per line: what nearly every caller passes and what
 # every mesh string TF prints holds. Checking them with one regex pass keeps a million-device mesh
 # linear and fast; anything else goes through canonical_device one by one.
@@ -62,6 +66,13 @@ def canonical_device(device: Any) -> str:
         if m := _SHORT.fullmatch(text):
             return f"{m.group(1).upper()}:{int(m.group(2))}"
         if m := _FULL.fullmatch(text):
+            if not _JOB.fullmatch(m.group("job")):
+                raise LayoutError(
+                    f"Device {short_repr(device)}: job name {m.group('job')!r} is not one TF DTensor's "
+                    "Mesh.from_string accepts (a letter, then letters, digits or '_'), so the mesh string would "
+                    "not round-trip through TF. Rename the job, e.g. 'worker_1'.",
+                    value=device,
+                )
             kind, index = m.group("type").upper(), int(m.group("index"))
             prefix = f"/job:{m.group('job')}/replica:{int(m.group('replica'))}/task:{int(m.group('task'))}"
             if prefix == _LOCAL_PREFIX:

@@ -498,3 +498,18 @@ def test_equality_compares_every_field_and_hash_agrees_with_it() -> None:
     bound = Mesh((4, 2), ("x", "y"), name="m")._with_checked_devices(tuple(devices))
     assert bound == base and hash(bound) == hash(base)
     assert (base == "not a mesh") is False
+
+
+@pytest.mark.parametrize("job", ["my-worker", "w.1", "1w", "_w", "a-b.c"])
+def test_job_names_tf_cannot_parse_are_refused_typed(job: str) -> None:
+    device = f"/job:{job}/replica:0/task:0/device:CPU:0"
+    with pytest.raises(LayoutError, match="job name") as info:
+        Mesh((1,), ("x",), [device])
+    assert info.value.value == device and repr(job) in str(info.value)
+
+
+@pytest.mark.parametrize("job", ["worker", "w_1", "W", "a1"])
+def test_job_names_tf_parses_are_kept(job: str) -> None:
+    device = f"/job:{job}/replica:0/task:0/device:CPU:0"
+    mesh = Mesh((1,), ("x",), [device])
+    assert mesh.devices == (device,) and Mesh.from_string(mesh.to_string()) == mesh
