@@ -228,7 +228,7 @@ class TensorFlowDriver(Driver):
             return dtensor.copy_to_mesh(_owned(value), native)
         shape = self.shape_of(value)
         if int(np.prod(shape, dtype=np.int64)) * _itemsize(value) > PACK_MAX_BYTES and not _is_text(value):
-            replicated = self._replicated_native(layout.mesh, layout.rank, devices)  # type: ignore[arg-type]
+            replicated = self._replicated_native(layout.require_mesh(), layout.rank, devices)
             placed = dtensor.relayout(dtensor.copy_to_mesh(_owned(value), replicated), native)
             return self._exact(placed, layout, native)
         # Small values: a pack of the distinct blocks, each sliced from the input once.
@@ -236,7 +236,7 @@ class TensorFlowDriver(Driver):
         blocks = _blocks(layout)
         made: dict[tuple[int, ...], Any] = {}
         components = []
-        for position in self.local_positions(layout.mesh, devices):  # type: ignore[arg-type]  # this client's
+        for position in self.local_positions(layout.require_mesh(), devices):  # this client's
             block = blocks[position]
             if block not in made:
                 made[block] = _owned(value[slices[position]])
@@ -416,7 +416,7 @@ class TensorFlowDriver(Driver):
         if native.is_fully_replicated():
             return np.array(tensor.numpy(), copy=True)
         layout = from_tensorflow_layout(native)
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         devices: tuple[str, ...] = mesh.devices  # type: ignore[assignment]
         positions = self.local_positions(mesh, devices)
         blocks = _blocks(layout)
@@ -473,7 +473,7 @@ class TensorFlowDriver(Driver):
         DTensor's relayout and call_with_layout write a tensor axis sharded over a size-1 mesh axis
         as unsharded; both hold the same components, so they are packed again under ``native``.
         """
-        mesh: Mesh = layout.mesh  # type: ignore[assignment]
+        mesh = layout.require_mesh()
         if all(a is None or mesh.axis_size(a) != 1 for a in layout.axes):  # type: ignore[arg-type]
             return result
         return self._dtensor.pack(self._dtensor.unpack(result), native)
@@ -514,7 +514,6 @@ class TensorFlowDriver(Driver):
         SPMD expansion (float8_e5m2 on TF 2.21: "Unrecognized DataType enum value")."""
         bits = value.dtype in self._float8
         variable = self._dtensor.DVariable(self._viewed(value, np.uint8) if bits else value)
-        variable._layoutcore_layout = layout  # what fetch_layout of a read answers
         variable._layoutcore_dtype = value.dtype.as_numpy_dtype if bits else None  # the dtype it holds
         return self._text.carry(variable, value)
 

@@ -236,12 +236,6 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
     return get_driver(None)
 
 
-def _native_owner(kind: type) -> str | None:
-    """The driver a value of type ``kind`` goes to when the environment selects none of its claimants."""
-    owners = _native_owners(kind)
-    return owners[0] if owners else None
-
-
 def _native_owners(kind: type) -> tuple[str, ...]:
     """The drivers whose ``native_types`` name ``kind`` or a base class of it, by name (cached per type)."""
     try:
