@@ -40,7 +40,8 @@ FORMATS = ("torch-dcp", "orbax", "safetensors")
 def detect(path: str | Path) -> str | None:
     """The foreign format at ``path`` by the files present, or ``None``.
 
-    ``torch-dcp``: a directory with ``.metadata``; ``orbax``: a directory with ``_METADATA``;
+    ``torch-dcp``: a directory with ``.metadata``; ``orbax``: a directory with ``_METADATA``
+    (or an Orbax ``CheckpointManager`` step directory with exactly one item);
     ``safetensors``: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, or a
     directory holding either (and neither of the other two marker files).
     """

@@ -33,8 +33,21 @@ __all__ = ["is_orbax", "layout_from_orbax_sharding", "open_orbax", "orbax_shardi
 
 
 def is_orbax(path: Path) -> bool:
-    """Whether ``path`` is an Orbax PyTree checkpoint directory (it holds ``_METADATA``)."""
-    return path.is_dir() and (path / "_METADATA").is_file()
+    """Whether ``path`` is an Orbax PyTree checkpoint directory (it holds ``_METADATA``), or a
+    ``CheckpointManager`` step directory holding exactly one such item (``<step>/default``)."""
+    return _item_dir(path) is not None
+
+
+def _item_dir(path: Path) -> Path | None:
+    if not path.is_dir():
+        return None
+    if (path / "_METADATA").is_file():
+        return path
+    if (path / "_CHECKPOINT_METADATA").is_file():
+        items = [p for p in sorted(path.iterdir()) if p.is_dir() and (p / "_METADATA").is_file()]
+        if len(items) == 1:
+            return items[0]
+    return None
 
 
 def layout_from_orbax_sharding(entry: str | dict[str, Any], *, file: str = "_sharding") -> Layout:
@@ -192,6 +205,7 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
         CheckpointError: unreadable ``_METADATA``, a ``jax.Array`` leaf without its ``_sharding``
             entry (or no ``_sharding`` file), or an array TensorStore cannot open.
     """
+    path = _item_dir(path) or path  # a CheckpointManager step: its one item
     meta_file = path / "_METADATA"
     try:
         raw = meta_file.read_bytes()
@@ -257,12 +271,13 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
                 raise checkpoint_error(f"{sharding_file} has no entry for jax.Array {key!r}", file=str(sharding_file))
             layout: Layout | None = layout_from_orbax_sharding(shardings[key], file=str(sharding_file))
             assert layout is not None
-            if layout.rank != len(shape):
-                layout = Layout((None,) * len(shape), layout.mesh) if layout.rank == 0 else None
-                if layout is None:
-                    raise checkpoint_error(
-                        f"{sharding_file}: {key!r} has a sharding of another rank than {shape}", file=str(sharding_file)
-                    )
+            if layout.rank > len(shape):
+                raise checkpoint_error(
+                    f"{sharding_file}: {key!r} has a {layout.rank}-entry partition spec for shape {shape}",
+                    file=str(sharding_file),
+                )
+            if layout.rank < len(shape):  # JAX's short PartitionSpec: trailing axes replicated
+                layout = Layout(tuple(layout.axes) + (None,) * (len(shape) - layout.rank), layout.mesh)
         else:
             layout = None
         if kind == "scalar":

@@ -297,3 +297,15 @@ def test_orbax_malformed_metadata(orbax_dir: Path, tmp_path: Path) -> None:
     (bad / "_METADATA").write_text("{not json")
     with pytest.raises(lc.CheckpointError, match="_METADATA"):
         ckpt.load(bad)
+
+
+def test_orbax_checkpoint_manager_step_and_short_partition_spec(tmp_path: Path) -> None:
+    """A CheckpointManager step directory (one item) opens; P("x") on a rank-2 array is ("x", None)."""
+    import numpy as np
+
+    run("jax", "jax_orbax_manager.py", str(tmp_path / "mgr"))
+    step = tmp_path / "mgr" / "3"
+    info = ckpt.inspect(step)
+    assert info.tensors["w"].layout == lc.Layout(("x", None), lc.Mesh((8,), ("x",)))
+    out = ckpt.load(step, {"w": lc.Layout((None, "x"), lc.Mesh((2,), ("x",)))}, driver="numpy")
+    assert np.array_equal(lc.to_numpy(out["w"]), np.arange(16.0, dtype=np.float32).reshape(8, 2))
