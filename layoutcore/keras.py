@@ -9,6 +9,9 @@ Importing this module imports neither keras nor any framework; keras (and, for
 * :func:`to_keras_layout_map`: a ``keras.distribution.LayoutMap`` that gives every path the answer
   the layoutcore map gives, under the *installed* keras' own match rule (``re.fullmatch`` from keras
   3.14, ``re.search`` before), by rewriting patterns where the rules differ.
+* :func:`from_keras_layout_map` (and :func:`from_keras_mesh`): the other way, a keras ``LayoutMap``
+  (keras-hub's ``Backbone.get_layout_map(mesh)``) as a layoutcore map with the same answers under
+  the installed keras' match rule, so ``plan`` / ``explain`` and :class:`ModelParallel` take keras-hub's rules.
 * ``ModelParallel(layout_map, *, batch_dim_name=None)``: a ``keras.distribution.Distribution`` that
   gives each keras variable ``layout_map.layout_for(variable.path, variable.shape)``, as the
   layoutcore map itself answers (its match rule, multi-axis entries included), on the JAX backend.
@@ -32,7 +35,15 @@ from ._layout import Layout
 from ._layout_map import LayoutMap
 from ._mesh import Mesh
 
-__all__ = ["ModelParallel", "keras_match_rule", "to_keras_layout", "to_keras_layout_map", "to_keras_mesh"]
+__all__ = [
+    "ModelParallel",
+    "from_keras_layout_map",
+    "from_keras_mesh",
+    "keras_match_rule",
+    "to_keras_layout",
+    "to_keras_layout_map",
+    "to_keras_mesh",
+]
 
 KerasMatch = Literal["search", "fullmatch", "match"]
 _DRIVERS = {"jax": "jax", "tensorflow": "tensorflow"}  # keras backend -> layoutcore driver
@@ -219,6 +230,78 @@ def to_keras_layout_map(layout_map: LayoutMap) -> Any:
                 ) from None
         out[translated] = keras.distribution.TensorLayout(axes)
     return out
+
+
+def from_keras_mesh(device_mesh: Any) -> Mesh:
+    """The layoutcore ``Mesh`` of a ``keras.distribution.DeviceMesh``: same shape, axis names and devices.
+
+    keras writes devices ``"cpu:0"`` (or holds JAX ``Device`` objects); layoutcore ``"CPU:0"``.
+
+    Raises:
+        LayoutError: not a keras DeviceMesh, or a device layoutcore cannot name.
+    """
+    keras = _keras()
+    if not isinstance(device_mesh, keras.distribution.DeviceMesh):
+        raise LayoutError(f"from_keras_mesh expects a keras DeviceMesh. Received: {device_mesh!r}", value=device_mesh)
+    names = []
+    for device in list(getattr(device_mesh.devices, "flat", device_mesh.devices)):
+        if isinstance(device, str):
+            platform, _, index = device.rpartition(":")
+        else:  # a JAX Device
+            platform, index = str(getattr(device, "platform", "")), str(getattr(device, "id", ""))
+        if not platform or not index.isdigit():
+            raise LayoutError(f"Cannot name keras mesh device {device!r} as '<TYPE>:<id>'.", value=device)
+        names.append(f"{platform.upper()}:{int(index)}")
+    return Mesh(tuple(int(s) for s in device_mesh.shape), tuple(device_mesh.axis_names), devices=tuple(names))
+
+
+def from_keras_layout_map(keras_layout_map: Any) -> LayoutMap:
+    """A layoutcore :class:`~layoutcore.LayoutMap` giving every path the layout the keras map gives it.
+
+    keras' rule is carried over: an exact key first, else every key tried as a regex with the installed
+    keras' match (``re.fullmatch`` from keras 3.14, :func:`keras_match_rule`), several matches an error
+    (keras' ``ValueError``, layoutcore's ``AmbiguousLayoutError``), no match replicated. The map's mesh is
+    :func:`from_keras_mesh` of the keras map's ``device_mesh``. keras-hub's ``Backbone.get_layout_map(mesh)``
+    is the main input: ``ModelParallel(from_keras_layout_map(GemmaBackbone.get_layout_map(mesh)))`` lays out
+    every variable as keras-hub intended, and ``layoutcore.plan`` / ``explain`` show what its rules leave
+    replicated.
+
+    Raises:
+        LayoutError: not a keras LayoutMap; a key that is not a valid regex (keras fails on it at lookup).
+        UnsupportedLayoutError: (feature ``keras_layout_map``) an entry on another mesh than the map's, an
+            entry with a mesh where the map has none, or an axis entry that is not a mesh axis name or
+            ``None``; the message names the key.
+    """
+    keras = _keras()
+    if not isinstance(keras_layout_map, keras.distribution.LayoutMap):
+        raise LayoutError(
+            f"from_keras_layout_map expects a keras.distribution.LayoutMap. Received: {keras_layout_map!r}",
+            value=keras_layout_map,
+        )
+    keras_mesh = keras_layout_map.device_mesh
+    mesh = None if keras_mesh is None else from_keras_mesh(keras_mesh)
+    result = LayoutMap(mesh, match=keras_match_rule(), on_multiple="error")
+    for key in keras_layout_map:
+        tensor_layout = keras_layout_map[key]  # an exact key finds its own entry
+        entry_mesh = getattr(tensor_layout, "device_mesh", None)
+        if entry_mesh is not None and (mesh is None or from_keras_mesh(entry_mesh) != mesh):
+            raise UnsupportedLayoutError(
+                f"keras LayoutMap entry {key!r} is on mesh {entry_mesh!r}, not on the map's mesh {keras_mesh!r}; a "
+                "layoutcore LayoutMap has one mesh.",
+                driver="keras",
+                feature=Limitation.KERAS_LAYOUT_MAP,
+                value=key,
+            )
+        axes = tuple(tensor_layout.axes)
+        if not all(a is None or (isinstance(a, str) and (mesh is None or a in mesh.axis_names)) for a in axes):
+            raise UnsupportedLayoutError(
+                f"keras LayoutMap entry {key!r} has axes {axes}; layoutcore takes mesh axis names or None.",
+                driver="keras",
+                feature=Limitation.KERAS_LAYOUT_MAP,
+                value=key,
+            )
+        result[key] = Layout(axes, mesh)
+    return result
 
 
 def _model_parallel_class() -> type:
