@@ -600,6 +600,13 @@ def _flat_target(target: Any, saved: Mapping[str, TensorSpec]) -> dict[str, Any]
         for key, value in target.items():
             if isinstance(key, str) and key in saved:
                 out[key] = value
+    unknown = sorted(p for p in out if p not in saved)
+    if unknown:  # most likely a typo: loading without it would silently keep the saved layout
+        raise LayoutError(
+            f"checkpoint.load: the target names {len(unknown)} path(s) the checkpoint does not hold: "
+            f"{unknown[:10]}. Saved paths include: {sorted(saved)[:10]}",
+            value=unknown,
+        )
     return out
 
 

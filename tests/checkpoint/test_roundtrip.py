@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import layoutcore as lc
-from layoutcore import CheckpointError, Layout, LayoutMap, LayoutMismatchError, Mesh, TensorSpec, checkpoint
+from layoutcore import (
+    CheckpointError,
+    Layout,
+    LayoutError,
+    LayoutMap,
+    LayoutMismatchError,
+    Mesh,
+    TensorSpec,
+    checkpoint,
+)
 from layoutcore._dtypes import ALL_DTYPES, as_bits, numpy_dtype
 
 MESH8 = Mesh((8,), ("x",))
@@ -151,6 +160,12 @@ def test_wrong_target_spec_raises_layout_mismatch_naming_path(tmp_path: Path) ->
             checkpoint.load(tmp_path / "c", {"layer/w": spec})
         with pytest.raises(LayoutMismatchError, match="layer/w"):
             checkpoint.read_plan(tmp_path / "c", {"layer": {"w": spec}})
+
+
+def test_target_naming_unknown_paths_is_refused(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path / "c", {"layer": {"w": np.zeros((4, 4), np.float32)}})
+    with pytest.raises(LayoutError, match="layer/W"):
+        checkpoint.load(tmp_path / "c", {"layer/W": Layout((None, None), MESH22)})
 
 
 def test_exists_and_overwrite(tmp_path: Path) -> None:
