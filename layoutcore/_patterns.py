@@ -7,8 +7,6 @@ pattern is inserted) and near-miss scoring (:func:`near_misses`: a bigram screen
 
 from __future__ import annotations
 
-import difflib
-import heapq
 import re
 from collections.abc import Callable, Collection, Mapping
 from re import _parser as _sre_parser  # type: ignore[attr-defined]  # stdlib, left out of typeshed
@@ -187,6 +185,8 @@ def _similarity(literal: str, path: str, mode: str) -> float:
     """
     if not literal:
         return 0.0
+    import difflib  # near misses are asked rarely: not at import
+
     matcher = difflib.SequenceMatcher(None, literal, path, autojunk=False)
     blocks = [b for b in matcher.get_matching_blocks() if b.size]
     if not blocks:
@@ -216,6 +216,8 @@ def near_misses(
         share = max((len(g & grams) / len(g) for g in pairs if g), default=0.0)
         if share >= _SCREEN_CUTOFF:
             screened.append((share, pattern))
+    import heapq  # near misses are asked rarely: not at import
+
     scored = []
     for _, pattern in heapq.nlargest(_SCREENED, screened):
         score = max((_similarity(s, path, mode) for s in literals[pattern]), default=0.0)
