@@ -6,7 +6,8 @@
   write): throughput ratio ``tofile_s / save_s`` (target >= 0.8). Both without fsync (page cache),
   and ``save(sync=True)`` vs ``tofile`` + ``fsync``.
 * **load into another layout** (rows over 8 -> columns over 8) vs ``np.fromfile`` of every shard
-  file (the same bytes): ``fromfile_s / load_s`` (target >= 0.8), warm page cache.
+  file (the same bytes): ``fromfile_s / load_s`` (target >= 0.8), from a warm page cache and cold
+  (files written back and dropped with ``posix_fadvise(DONTNEED)`` before each contender).
 * **peak extra RSS during load** beyond the loaded data (target <= one target shard + 64 MiB),
   sampled from ``/proc/self/statm`` by a thread.
 * **read_plan** for 10 000 tensors on a 1 024-device mesh (32 x 32), target < 2 s.
@@ -59,6 +60,16 @@ def _state(total: int, n: int) -> dict[str, Any]:
     return {f"t{i}": lc.distribute_tensor(rng.standard_normal((rows, rows), dtype=np.float32), ROWS) for i in range(n)}
 
 
+def _evict(path: Path) -> None:
+    """Write back and drop every file under ``path`` from the page cache (a cold read)."""
+    for p in path.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+
+
 def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]:
     tree = _state(total, n)
     nbytes = sum(int(np.prod(t.shape)) * 4 for t in tree.values())
@@ -96,7 +107,28 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
     # load into columns vs np.fromfile of the same files (warm page cache for both)
     files = [saved / f for f in checkpoint.inspect(saved).files if "/c/" in f]
     target = {k: COLS for k in tree}
-    load_t: dict[str, list[float]] = {"fromfile": [], "load": [], "load_declared": []}
+    load_t: dict[str, list[float]] = {
+        "fromfile": [],
+        "load": [],
+        "load_declared": [],
+        "fromfile_cold": [],
+        "load_cold": [],
+        "load_declared_cold": [],
+    }
+    for _ in range(reps):  # cold: every file written back and dropped from the page cache first
+        _evict(saved)
+        start = time.perf_counter()
+        for f in files:
+            np.fromfile(f, dtype=np.uint8)
+        load_t["fromfile_cold"].append(time.perf_counter() - start)
+        _evict(saved)
+        start = time.perf_counter()
+        checkpoint.load(saved, target)
+        load_t["load_cold"].append(time.perf_counter() - start)
+        _evict(declared)
+        start = time.perf_counter()
+        checkpoint.load(declared, target)
+        load_t["load_declared_cold"].append(time.perf_counter() - start)
     for _ in range(reps):
         start = time.perf_counter()
         for f in files:
@@ -136,6 +168,8 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         "save_sync_vs_tofile_fsync": best["tofile_fsync"] / best["save_sync"],
         "load_vs_fromfile": best["fromfile"] / best["load"],
         "load_declared_vs_fromfile": best["fromfile"] / best["load_declared"],
+        "load_cold_vs_fromfile_cold": best["fromfile_cold"] / best["load_cold"],
+        "load_declared_cold_vs_fromfile_cold": best["fromfile_cold"] / best["load_declared_cold"],
         "save_GBps": nbytes / best["save"] / 1e9,
         "load_GBps": nbytes / best["load"] / 1e9,
         "peak_extra_rss_bytes": extra,
