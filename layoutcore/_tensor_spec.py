@@ -20,8 +20,6 @@ whitespace, one spelling per value, so equal specs give equal text and equal
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -170,6 +168,8 @@ class TensorSpec:
 
     def to_json(self) -> str:
         """Canonical JSON text: sorted keys, no whitespace; equal specs give equal text."""
+        import json  # not at import: import layoutcore stays light
+
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
     @classmethod
@@ -184,6 +184,8 @@ class TensorSpec:
             data: Any = text
         else:
             try:
+                import json  # not at import: import layoutcore stays light
+
                 data = json.loads(text)
             except (TypeError, ValueError) as exc:
                 raise LayoutError(
@@ -225,6 +227,8 @@ class TensorSpec:
     @property
     def fingerprint(self) -> str:
         """SHA-256 (hex) of :meth:`to_json`: stable across processes, versions of Python and platforms."""
+        import hashlib  # not at import: import layoutcore stays light
+
         return hashlib.sha256(self.to_json().encode("ascii")).hexdigest()
 
     def __repr__(self) -> str:
