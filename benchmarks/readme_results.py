@@ -297,6 +297,45 @@ def _interchange_processes(kind: str) -> Callable[[Data], Cell]:
     return cell
 
 
+def _checkpoint_ratio(key: str, target: float | None) -> Callable[[Data], Cell]:
+    """A throughput ratio of bench_checkpoint (the bound's time / layoutcore's; 1 = as fast as the bound)."""
+
+    def cell(d: Data) -> Cell:
+        value = d["save_load"][key]
+        return _ratio(value), None if target is None else value >= target
+
+    return cell
+
+
+def _checkpoint_rss(d: Data) -> Cell:
+    r = d["save_load"]
+    return f"{r['peak_extra_rss_bytes'] / 2**20:.0f} MiB (budget {r['rss_budget_bytes'] / 2**20:.0f} MiB)", (
+        r["peak_extra_rss_bytes"] <= r["rss_budget_bytes"]
+    )
+
+
+def _checkpoint_read_plan(d: Data) -> Cell:
+    r = d["read_plan_scale"]
+    return f"{_time(r['seconds'])}, amplification {r['one_process_of_128_amplification']:.2f}", r["seconds"] < 2
+
+
+def _checkpoint_case(case: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["relayout_cases_bytes_over_floor"][case]
+        text = (
+            f"exact {_ratio(r['undeclared_exact'])} / declared {_ratio(r['declared_exact'])};"
+            f" whole chunks {_ratio(r['undeclared_piece'])} / declared {_ratio(r['declared_piece'])}"
+        )
+        return text, max(r["undeclared_exact"], r["declared_exact"]) <= 1.05
+
+    return cell
+
+
+def _checkpoint_cases() -> tuple[str, ...]:
+    path = RESULTS / "bench_checkpoint.json"
+    return tuple(json.loads(path.read_text("utf-8"))["relayout_cases_bytes_over_floor"]) if path.exists() else ()
+
+
 _TORCH_PAIRS = (
     ("layoutcore.distribute_tensor", "torch distribute_tensor (user call)"),
     ("layoutcore.distribute_tensor", "torch distribute_tensor (LocalTensor, shared)"),
@@ -344,6 +383,39 @@ TABLES: tuple[Table, ...] = (
             ("bench_relayout_bytes.tensorflow-estimate.json", "TF, estimated from the plan"),
         ),
         tuple(Row(f"`{case}`", "layoutcore at the floor", _relayout_bytes(case)) for case in _relayout_cases()),
+    ),
+    Table(
+        "bench_checkpoint",
+        (("bench_checkpoint.json", "NumPy driver"),),
+        (
+            Row(
+                "`save` 1 GiB / `ndarray.tofile` of the same blocks (throughput ratio)",
+                "≥ 0.8x",
+                _checkpoint_ratio("save_vs_tofile", 0.8),
+            ),
+            Row(
+                "`save(sync=True)` / `tofile` + `fsync`", "≥ 0.8x", _checkpoint_ratio("save_sync_vs_tofile_fsync", 0.8)
+            ),
+            Row(
+                "`save` with `read_layouts` / `tofile`", "reported", _checkpoint_ratio("save_declared_vs_tofile", None)
+            ),
+            Row(
+                "`load` into another layout / `np.fromfile` of every file",
+                "≥ 0.8x",
+                _checkpoint_ratio("load_vs_fromfile", 0.8),
+            ),
+            Row(
+                "`load` of a checkpoint saved with `read_layouts` / `np.fromfile`",
+                "reported",
+                _checkpoint_ratio("load_declared_vs_fromfile", None),
+            ),
+            Row("peak extra RSS during `load`", "≤ one shard + 64 MiB", _checkpoint_rss),
+            Row("`read_plan`, 10 000 tensors on 1 024 devices", "< 2 s", _checkpoint_read_plan),
+            *(
+                Row(f"bytes read / floor, per device, `{case}`", "exact ≤ 1.05x", _checkpoint_case(case))
+                for case in _checkpoint_cases()
+            ),
+        ),
     ),
     Table(
         "bench_interchange",
