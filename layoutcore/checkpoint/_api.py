@@ -756,6 +756,7 @@ def read_plan(
     *,
     process_devices: Iterable[int | str] | None = None,
     granularity: str = "exact",
+    driver: Any = None,
 ) -> ReadPlan:
     """The byte ranges a load under ``target`` reads, from metadata only.
 
@@ -763,9 +764,11 @@ def read_plan(
         path: the checkpoint.
         target: as :func:`load` (``None``: the saved layouts).
         process_devices: the devices of one process, as mesh positions (row-major) or device
-            names; default all (a single-process load).
+            names; default: this process's devices under ``driver`` when one is given (its
+            ``local_positions``, as ``load`` reads them), else all (a single-process load).
         granularity: ``"exact"`` (layoutcore's reader) or ``"piece"``: what a reader that reads
             whole inner chunks (TensorStore, zarr-python, Orbax) would read.
+        driver: the driver (name or object) whose ``local_positions`` give this process's devices.
 
     Raises:
         CheckpointError: as :func:`inspect`. LayoutMismatchError: a ``TensorSpec`` target of
@@ -778,8 +781,13 @@ def read_plan(
         from ._foreign import read_plan as foreign_plan
 
         return foreign_plan(foreign, target, process_devices=devices)
+    drv = None
+    if driver is not None and devices is None:
+        from ..driver._registry import get_driver
+
+        drv = get_driver(driver)
     _, plans, meta_bytes = _plan_all(
-        target_path, target, process_devices=devices, granularity=granularity, with_copies=False
+        target_path, target, process_devices=devices, driver=drv, granularity=granularity, with_copies=False
     )
     tensors = {}
     floor = total = 0

@@ -65,7 +65,8 @@ def evict(path: Path) -> None:
 def measured_load(path: Path, target: dict[str, Any]) -> dict[str, Any]:
     mesh = next(iter(target.values())).mesh
     local = list(drv.local_positions(mesh, drv.bind_mesh(mesh)))
-    plan = checkpoint.read_plan(path, target, process_devices=local)
+    plan = checkpoint.read_plan(path, target, driver=framework)  # this process's devices
+    assert plan.read_bytes == checkpoint.read_plan(path, target, process_devices=local).read_bytes
     evict(path)
     before = io()
     out = checkpoint.load(path, target, driver=framework)
