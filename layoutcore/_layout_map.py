@@ -31,7 +31,6 @@ CACHE_BYTES = 4 << 20
 _ENTRY_OVERHEAD = 100
 #: Paths longer than this are looked up but not cached (one would take a large share of the cache).
 _MAX_CACHED_PATH = CACHE_BYTES // 64
-_UNBUILT = object()
 #: An unmatched-path warning or error names this many paths, each with its near misses.
 _NAMED_PATHS = 10
 
@@ -172,7 +171,8 @@ class LayoutMap(MutableMapping[str, Layout]):
         self._cache: dict[str, Layout | None] = {}
         self._cache_bytes = 0
         # One alternation of every pattern, built on first lookup (see _patterns.any_match).
-        self._screen: Callable[[str], Any] | object | None = _UNBUILT
+        self._screen: Callable[[str], Any] | None = None
+        self._screen_built = False
         self._near_index = None
 
     # -- properties ------------------------------------------------------------------------
@@ -256,9 +256,9 @@ class LayoutMap(MutableMapping[str, Layout]):
         return self._pattern_for(path)
 
     def _pattern_for(self, path: str) -> str | None:
+        if not self._screen_built:
+            self._screen, self._screen_built = any_match(self._matchers, self._match), True
         screen = self._screen
-        if screen is _UNBUILT:
-            screen = self._screen = any_match(self._matchers, self._match)
         if screen is not None and not screen(path):  # one pass rules out every pattern
             return None
         matchers = self._matchers
@@ -289,7 +289,7 @@ class LayoutMap(MutableMapping[str, Layout]):
         # Every change of the patterns comes through here: the combined screen is rebuilt on next use.
         self._cache.clear()
         self._cache_bytes = 0
-        self._screen = _UNBUILT
+        self._screen, self._screen_built = None, False
         self._near_index = None
 
     def near_misses(self, path: str, n: int = NEAR_MISSES) -> tuple[str, ...]:

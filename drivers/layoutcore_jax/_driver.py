@@ -324,7 +324,7 @@ class JaxDriver(Driver):
         order = self._mesh_order.get(jax_mesh)
         if order is None:
             order = self._mesh_order.put(jax_mesh, tuple(jax_mesh.devices.flat))
-        return order  # type: ignore[no-any-return]
+        return cast("tuple[jax.Device, ...]", order)
 
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
@@ -376,7 +376,7 @@ class JaxDriver(Driver):
         layout = self._fetched.get(key)
         if layout is None:
             layout = self._fetched.put(key, from_jax_sharding(tensor.sharding, tensor.ndim))
-        return layout  # type: ignore[no-any-return]
+        return cast("Layout", layout)
 
     def _traced_layout(self, tensor: Any) -> Layout:
         entry = self._traced.get(id(tensor))

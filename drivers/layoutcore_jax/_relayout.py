@@ -161,7 +161,7 @@ def native_moved_bytes(tensor: jax.Array, sharding: Any) -> int | None:
     key = (tensor.sharding, sharding, tensor.shape, str(tensor.dtype))
     with _LOCK:
         if key in _NATIVE:
-            return _NATIVE[key]  # type: ignore[no-any-return]
+            return cast("int | None", _NATIVE[key])
     try:
         compiled = jax.jit(lambda a: a, out_shardings=sharding).lower(tensor).compile()
         moved: int | None = hlo_moved_bytes(compiled.as_text(), len(tensor.sharding.device_set))[0]
@@ -222,7 +222,7 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     with _LOCK:
         found = _PROGRAMS.get(key)
     if found is not None:
-        return found  # type: ignore[no-any-return]
+        return cast("_Program", found)
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec

@@ -6,7 +6,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -417,7 +417,7 @@ class TensorFlowDriver(Driver):
             return np.array(tensor.numpy(), copy=True)
         layout = from_tensorflow_layout(native)
         mesh = layout.require_mesh()
-        devices: tuple[str, ...] = mesh.devices  # type: ignore[assignment]
+        devices = cast("tuple[str, ...]", mesh.devices)  # concrete: the native layout's mesh
         positions = self.local_positions(mesh, devices)
         blocks = _blocks(layout)
         first: dict[tuple[int, ...], int] = {}
@@ -474,7 +474,7 @@ class TensorFlowDriver(Driver):
         as unsharded; both hold the same components, so they are packed again under ``native``.
         """
         mesh = layout.require_mesh()
-        if all(a is None or mesh.axis_size(a) != 1 for a in layout.axes):  # type: ignore[arg-type]
+        if all(a is None or mesh.axis_size(cast(str, a)) != 1 for a in layout.axes):  # TF: one axis per entry
             return result
         return self._dtensor.pack(self._dtensor.unpack(result), native)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 from layoutcore import Layout, LayoutError, Mesh, get_driver
 
@@ -128,7 +128,7 @@ def spmd(mesh: Mesh) -> AbstractContextManager[Any]:
     """
     if not isinstance(mesh, Mesh):
         raise LayoutError(f"spmd expects a layoutcore Mesh. Received: {mesh!r}", value=mesh)
-    return torch_driver().spmd(mesh.size)  # type: ignore[no-any-return]
+    return cast("AbstractContextManager[Any]", torch_driver().spmd(mesh.size))
 
 
 def release_simulation() -> bool:

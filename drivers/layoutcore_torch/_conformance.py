@@ -10,7 +10,7 @@ real process group it is this rank's shard.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from layoutcore_conformance import ConformanceAdapter
@@ -69,7 +69,7 @@ class TorchAdapter(ConformanceAdapter):
     def ones_fn(self) -> Callable[..., Any]:
         import torch
 
-        return torch.ones  # type: ignore[no-any-return]
+        return cast("Callable[..., Any]", torch.ones)
 
     # A torch op on simulated DTensors runs under spmd: outside it the driver refuses (see _spmd below).
     def identity_op(self, tensor: Any) -> Any:
@@ -103,7 +103,7 @@ class TorchAdapter(ConformanceAdapter):
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         import torch
 
-        return torch.compile(fn, backend="eager")  # type: ignore[no-any-return]
+        return cast("Callable[..., Any] | None", torch.compile(fn, backend="eager"))
 
     # -- SPMD section: torch's operations on DTensors ---------------------------------------------
     # Run inside the driver's spmd context (LocalTensorMode in the simulation): outside it, a

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from layoutcore import DriverUnavailableError
 
@@ -115,7 +115,7 @@ def is_local_tensor(value: Any) -> bool:
 
 def local_tensors(value: Any) -> dict[int, Any]:
     """The per-rank plain tensors of a ``LocalTensor`` (rank -> tensor)."""
-    return value._local_tensors  # type: ignore[no-any-return]
+    return cast("dict[int, Any]", value._local_tensors)
 
 
 def make_local_tensor(per_rank: dict[int, Any]) -> Any:

@@ -37,7 +37,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh
@@ -119,7 +119,7 @@ def schedule(
     with _LOCK:
         found = _SCHEDULES.get(key)
     if found is not None:
-        return found  # type: ignore[no-any-return]
+        return cast("RelayoutSchedule", found)
     source_mesh, target_mesh = source.mesh, target.mesh
     assert source_mesh is not None and target_mesh is not None and source_mesh.devices and target_mesh.devices
     where = {d: i for i, d in enumerate(participants)}
@@ -291,19 +291,19 @@ def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: La
             # The incoming gradient may carry other placements (torch's choice): lay it out by the target first.
             wanted = _convert.placements(target)
             if tuple(grad.placements) != wanted:
-                with driver.spmd(target.mesh.size):  # type: ignore[union-attr]
+                with driver.spmd(target.require_mesh().size):
                     grad = grad.redistribute(grad.device_mesh, wanted)
             with torch.no_grad():
                 return _run(driver, grad, target, source)
 
-    with driver.spmd(max(source.mesh.size, target.mesh.size)):  # type: ignore[union-attr]
+    with driver.spmd(max(source.require_mesh().size, target.require_mesh().size)):
         return PlannedRelayout.apply(tensor)
 
 
 def _participants(driver: TorchDriver, source: Layout, target: Layout) -> tuple[list[str], list[int]]:
     """Device names in group order, and each one's rank (simulated: a label's stand-in rank)."""
-    source_devices: tuple[str, ...] = source.mesh.devices  # type: ignore[union-attr,assignment]
-    target_devices: tuple[str, ...] = target.mesh.devices  # type: ignore[union-attr,assignment]
+    source_devices = cast("tuple[str, ...]", source.require_mesh().devices)  # concrete: bound by the front-end
+    target_devices = cast("tuple[str, ...]", target.require_mesh().devices)
     if driver.world().simulated:
         # Positions are labels: target position q is simulated rank q, then the source devices the target lacks.
         names = list(target_devices) + [d for d in dict.fromkeys(source_devices) if d not in set(target_devices)]
