@@ -350,7 +350,7 @@ def save(
         if engine.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
-        engine.barrier(f"layoutcore.checkpoint.save:start:{target}")
+        engine.barrier(f"layoutcore.checkpoint.save:start:{target}", path=target)
     stack = contextlib.ExitStack()
     try:
         entries, files, total = {}, [], 0
@@ -397,7 +397,7 @@ def save(
         }
         if sync:
             _fsync_tree(tmp, mine_only=engine.size > 1)
-        engine.barrier(f"layoutcore.checkpoint.save:written:{target}")  # every shard is on disk
+        engine.barrier(f"layoutcore.checkpoint.save:written:{target}", path=target)  # every shard is on disk
         if engine.rank == 0:
             for g in sorted(groups):
                 write_json(
@@ -417,7 +417,7 @@ def save(
             _commit(tmp, target)
             if sync:
                 _fsync_path(parent)
-        engine.barrier(f"layoutcore.checkpoint.save:committed:{target}")
+        engine.barrier(f"layoutcore.checkpoint.save:committed:{target}", path=target)
     except BaseException:
         if engine.size == 1:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import CheckpointError
+
 __all__ = ["Engine", "engine_for"]
 
 
@@ -25,10 +27,22 @@ class Engine:
     size: int
     _barrier: Any = None
 
-    def barrier(self, tag: str) -> None:
-        """Wait until every process reached the barrier named ``tag``."""
+    def barrier(self, tag: str, *, path: str = "") -> None:
+        """Wait until every process reached the barrier named ``tag``.
+
+        Raises:
+            CheckpointError: the framework's barrier failed or timed out (a peer died or hung);
+                the checkpoint at ``path`` is then not committed.
+        """
         if self.size > 1 and self._barrier is not None:
-            self._barrier(tag)
+            try:
+                self._barrier(tag)
+            except Exception as exc:  # the framework's own error type (DistBackendError, XlaRuntimeError, ...)
+                raise CheckpointError(
+                    f"Checkpoint {path}: process {self.rank} of {self.size} ({self.name}) failed at barrier {tag!r}; "
+                    f"a peer process died or hung, and nothing was committed ({type(exc).__name__}: {str(exc)[:300]})",
+                    path=path,
+                ) from exc
 
 
 SINGLE = Engine("single", 0, 1)

@@ -109,3 +109,36 @@ def test_two_processes_save_and_load_reading_only_their_bytes(framework: str, tm
     out = checkpoint.load(tmp_path / "two", {k: Layout(("q", "p"), grid) for k in ("w", "u", "r")})
     for k in ("w", "u", "r"):
         assert np.array_equal(lc.to_numpy(out[k]), oracle(k))
+
+
+def test_a_peer_dying_before_its_save_gives_checkpoint_error_and_no_checkpoint(tmp_path: Path) -> None:
+    python = _python("torch")
+    if python is None:
+        pytest.skip("no interpreter with torch installed")
+    port = _free_port()
+    worker = Path(__file__).with_name("_mp_die_worker.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYOUTCORE_")}
+    procs = [
+        subprocess.Popen(
+            [python, str(worker), str(i), str(port), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in (0, 1)
+    ]
+    try:
+        out, err = procs[0].communicate(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            p.wait()
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, f"rank 0 gave no result (rc {procs[0].returncode}):\n{err[-3000:]}"
+    result = json.loads(line[len("RESULT ") :])
+    assert result["error"] is not None and result["error"]["type"] == "CheckpointError", result
+    assert "barrier" in result["error"]["message"] and "nothing was committed" in result["error"]["message"]
+    assert result["seconds"] < 60
+    assert not (tmp_path / "dead").exists()
