@@ -61,7 +61,7 @@ def test_outside_spmd_refuses_with_a_typed_error_or_is_right(driver: TorchDriver
     try:
         got = op(a, b)
     except UnsupportedLayoutError as err:
-        assert (err.driver, err.feature) == ("torch", "torch op outside spmd")
+        assert (err.driver, err.feature) == ("torch", Limitation.OUTSIDE_SPMD)
         assert "layoutcore_torch.spmd(mesh)" in str(err)
         return
     value = _replicate(got) if isinstance(got, DTensor) else np.asarray(got)
@@ -122,7 +122,7 @@ def test_release_simulation_gives_localtensor_back_its_own_dispatch() -> None:
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"refused": "torch op outside spmd", "restored": True, "values": [[1.0, 1.0], [2.0, 2.0]]}
+    assert out == {"refused": "outside_spmd", "restored": True, "values": [[1.0, 1.0], [2.0, 2.0]]}
 
 
 def test_to_numpy_outside_spmd_finishes_a_pending_collective(driver: TorchDriver) -> None:
