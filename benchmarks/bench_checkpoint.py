@@ -111,6 +111,7 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         "fromfile": [],
         "load": [],
         "load_declared": [],
+        "load_declared_noverify": [],
         "fromfile_cold": [],
         "load_cold": [],
         "load_declared_cold": [],
@@ -140,6 +141,9 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         start = time.perf_counter()
         checkpoint.load(declared, target)
         load_t["load_declared"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        checkpoint.load(declared, target, verify=False)
+        load_t["load_declared_noverify"].append(time.perf_counter() - start)
     # peak RSS during a load, beyond the loaded data
     peak = [0]
     stop = threading.Event()
@@ -168,6 +172,7 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         "save_sync_vs_tofile_fsync": best["tofile_fsync"] / best["save_sync"],
         "load_vs_fromfile": best["fromfile"] / best["load"],
         "load_declared_vs_fromfile": best["fromfile"] / best["load_declared"],
+        "load_declared_noverify_vs_fromfile": best["fromfile"] / best["load_declared_noverify"],
         "load_cold_vs_fromfile_cold": best["fromfile_cold"] / best["load_cold"],
         "load_declared_cold_vs_fromfile_cold": best["fromfile_cold"] / best["load_declared_cold"],
         "save_GBps": nbytes / best["save"] / 1e9,

@@ -805,7 +805,7 @@ def read_plan(
 
 
 # -- load --------------------------------------------------------------------------------------
-def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None) -> Any:
+def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None, verify: bool = True) -> Any:
     """Load a checkpoint into distributed tensors of the selected driver.
 
     Args:
@@ -815,6 +815,8 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
             ``TensorSpec``s or distributed tensors (their layouts; never modified), or
             ``None`` (each tensor on its saved layout; plain arrays replicated on one device).
         driver: the driver name or object (default: the active driver).
+        verify: check the CRC-32C of every inner chunk read whole (default). ``False`` trusts
+            the files (sizes are still checked); it saves the checksum time, not bytes.
 
     Each process reads only the byte ranges its local devices need, each byte once, and checks
     the CRC-32C of every inner chunk it reads whole.
@@ -856,6 +858,7 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
                 tensor_path=tl.path,
                 node=tl.node,
                 scratch=scratch,
+                verify=verify,
             )
             used: set[int] = set()
             components = []
