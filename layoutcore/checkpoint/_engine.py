@@ -4,7 +4,8 @@ Found from the driver of the tensors being saved, without importing a framework 
 loaded already: JAX (``jax.distributed``: ``process_index``/``process_count``, barrier
 ``multihost_utils.sync_global_devices``) and torch (a real ``torch.distributed`` group, not
 layoutcore's single-process simulation: ``get_rank``/``get_world_size``/``barrier``). Every other
-case (NumPy, TF in one client, a single process) is one process.
+case (NumPy, TF in one client, a single process) is one process; a multi-client TF save is
+refused with ``CheckpointError`` (its clients' commits are not coordinated yet).
 """
 
 from __future__ import annotations
@@ -66,4 +67,14 @@ def engine_for(driver_name: str | None) -> Engine:
             world = get_driver("torch").world()  # type: ignore[attr-defined]
             if not getattr(world, "simulated", False):
                 return Engine("torch", dist.get_rank(), dist.get_world_size(), lambda tag: dist.barrier())
+    if driver_name == "tensorflow" and "tensorflow" in sys.modules:
+        from tensorflow.experimental import dtensor
+
+        if dtensor.num_clients() > 1:
+            # each client would commit its own part: refuse rather than leave a partial checkpoint
+            raise CheckpointError(
+                f"checkpoint.save from {dtensor.num_clients()} TF DTensor clients is not supported yet: the "
+                "clients' writes are not coordinated. Save from a single client, or from JAX or torch processes.",
+                path="",
+            )
     return SINGLE

@@ -217,3 +217,25 @@ def test_random_layouts_round_trip(tmp_path_factory: pytest.TempPathFactory, dat
     # each device's component equals the oracle's block
     for comp, sl in zip(lc.unpack(out), dst.device_slices(shape), strict=True):
         assert _same_bits(np.asarray(comp), value[sl])
+
+
+def test_multi_client_tensorflow_save_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several TF DTensor clients would each commit their part: refused, never a partial checkpoint."""
+    import sys
+    import types
+
+    from layoutcore.checkpoint._engine import engine_for
+
+    tf = types.ModuleType("tensorflow")
+    experimental = types.ModuleType("tensorflow.experimental")
+    dtensor = types.ModuleType("tensorflow.experimental.dtensor")
+    dtensor.num_clients = lambda: 2  # type: ignore[attr-defined]
+    experimental.dtensor = dtensor  # type: ignore[attr-defined]
+    tf.experimental = experimental  # type: ignore[attr-defined]
+    for name, module in (("tensorflow", tf), ("tensorflow.experimental", experimental)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "tensorflow.experimental.dtensor", dtensor)
+    with pytest.raises(CheckpointError, match="2 TF DTensor clients"):
+        engine_for("tensorflow")
+    dtensor.num_clients = lambda: 1  # type: ignore[attr-defined]
+    assert engine_for("tensorflow").size == 1
