@@ -6,12 +6,12 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
-from layoutcore_conformance import ConformanceAdapter  # type: ignore[import-not-found,unused-ignore]
+from layoutcore_conformance import ConformanceAdapter
 
 __all__ = ["JaxAdapter"]
 
 
-class JaxAdapter(ConformanceAdapter):  # type: ignore[misc,unused-ignore]
+class JaxAdapter(ConformanceAdapter):
     """Reads ``jax.Array.addressable_shards`` and orders them by the sharding's mesh, with JAX calls only.
 
     JAX arrays are immutable, so there is no in-place operation (writes go through ``Variable.assign``);

@@ -5,15 +5,12 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from layoutcore import Layout, LayoutError, LayoutMap, get_driver
 from layoutcore.driver import LRUCache
-
-if TYPE_CHECKING:
-    from ._driver import JaxDriver
 
 __all__ = ["tree_paths", "tree_shardings"]
 
@@ -118,7 +115,7 @@ def tree_shardings(layout_map: LayoutMap, tree: Any, *, separator: str = "/", dr
 
     if not isinstance(layout_map, LayoutMap):
         raise LayoutError(f"tree_shardings expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map)
-    drv: JaxDriver = get_driver("jax" if driver is None else driver)  # type: ignore[assignment]
+    drv = get_driver("jax" if driver is None else driver)
     if not isinstance(drv, JaxDriver):
         raise LayoutError(f"tree_shardings needs the JAX driver. Received: {drv!r}", value=drv)
     leaves, treedef = tree_paths(tree, separator=separator)

@@ -126,8 +126,8 @@ def native_layout(layout: Layout, devices: tuple[str, ...], local: frozenset[str
 
 
 def _bind(mesh: Mesh) -> tuple[tuple[str, ...], frozenset[str]]:
-    driver = get_driver("tensorflow")
-    return driver.bind_mesh(mesh), driver.local_devices  # type: ignore[attr-defined]
+    driver: Any = get_driver("tensorflow")  # the TF driver (local_devices is its own)
+    return driver.bind_mesh(mesh), driver.local_devices
 
 
 def to_tensorflow_mesh(mesh: Mesh) -> Any:
@@ -285,7 +285,8 @@ def _mesh_proto(layout_pb2: Any, mesh: Mesh) -> Any:
         devices, local = _bind(mesh)
     else:
         devices = mesh.devices
-        local = get_driver("tensorflow").local_devices  # type: ignore[attr-defined]
+        tf_driver: Any = get_driver("tensorflow")  # local_devices is the TF driver's own
+        local = tf_driver.local_devices
     positions = [p for p, d in enumerate(devices) if d in local] or range(mesh.size)
     return layout_pb2.MeshProto(
         name=mesh.name,

@@ -121,7 +121,7 @@ def _keras_view_class() -> type:
     """
     from tf_keras.dtensor.experimental import LayoutMap as KerasLayoutMap
 
-    class LayoutcoreKerasLayoutMap(KerasLayoutMap):  # type: ignore[misc]
+    class LayoutcoreKerasLayoutMap(KerasLayoutMap):
         """tf-keras' view of a layoutcore :class:`~layoutcore.LayoutMap`: ``map[path]`` is the
         ``dtensor.Layout`` of layoutcore's lookup and ``get_default_mesh()`` the map's mesh."""
 

@@ -109,7 +109,8 @@ class TorchAdapter(ConformanceAdapter):
     # Run inside the driver's spmd context (LocalTensorMode in the simulation): outside it, a
     # redistribution inside the op chunks every simulated rank as rank 0 (wrong data).
     def _spmd(self, tensor: Any) -> Any:
-        return self.driver.spmd(tensor.device_mesh.size())  # type: ignore[attr-defined]
+        driver: Any = self.driver  # the torch driver (spmd is its own)
+        return driver.spmd(tensor.device_mesh.size())
 
     def matmul(self, a: Any, b: Any) -> Any:
         import torch

@@ -280,7 +280,7 @@ def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: La
     """The plan as an autograd function: the gradient goes back by the reverse plan (target -> source)."""
     import torch
 
-    class PlannedRelayout(torch.autograd.Function):  # type: ignore[misc]
+    class PlannedRelayout(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, value: Any) -> Any:
             with torch.no_grad():
@@ -597,7 +597,7 @@ def _counting_mode_class() -> type:
     import torch
     from torch.distributed.tensor.debug import CommDebugMode
 
-    class _Counting(CommDebugMode):  # type: ignore[misc]
+    class _Counting(CommDebugMode):
         """``CommDebugMode`` that hands each collective's arguments to a :class:`CollectiveBytes`."""
 
         def __init__(self, counter: CollectiveBytes) -> None:

@@ -61,7 +61,7 @@ def _base() -> type:
     return base
 
 
-class LayoutcoreStorageReader(_base()):  # type: ignore[misc]
+class LayoutcoreStorageReader(_base()):  # type: ignore[misc]  # torch's StorageReader, found at run time
     """DCP ``StorageReader`` reading a layoutcore (or safetensors / DCP) checkpoint by byte ranges.
 
     Args:
