@@ -112,7 +112,7 @@ def test_equality(mesh: lc.Mesh) -> None:
     assert lc.Layout(["x", U], mesh) != lc.Layout(["x", U], renamed)
     assert lc.Layout(["x", U], mesh) != lc.Layout(["x", U], reordered)
     # Unlike TF (TypeError), comparing with another type is simply unequal.
-    assert lc.Layout(["x", U], mesh) != "sharding_specs:x,unsharded, mesh:" + MESH  # type: ignore[comparison-overlap]
+    assert lc.Layout(["x", U], mesh) != "sharding_specs:x,unsharded, mesh:" + MESH  # type: ignore[comparison-overlap]  # the comparison is the test
     assert lc.Layout(["x", U], mesh) != None  # noqa: E711
 
 

@@ -171,7 +171,7 @@ class JaxDriver(Driver):
         self._names = list(self._by_name)
         self._multiprocess = jax.process_count() > 1
         if self._multiprocess:  # across processes relayout keeps device_put (_relayout's docstring)
-            self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}  # type: ignore[misc]
+            self.capabilities = self.capabilities - {Capability.RELAYOUT_AT_FLOOR}  # type: ignore[misc]  # per instance
         self._process_index = jax.process_index()
         self._shardings = LRUCache[Any, Any](_CACHE_SIZE)  # Layout -> NamedSharding
         self._mesh_order = LRUCache[Any, Any](_CACHE_SIZE)  # jax.sharding.Mesh -> its devices, flat
@@ -387,7 +387,7 @@ class JaxDriver(Driver):
         if mesh is not None and mesh.axis_names and all(t == explicit for t in mesh.axis_types):
             # Explicit axes: the sharding is part of JAX's type, known while tracing (on an abstract mesh).
             # The type is the truth; a note that agrees with it only restores the user's mesh (its name).
-            typed = from_partition_spec(aval_sharding.spec, from_jax_mesh(mesh), ndim=tensor.ndim)  # type: ignore[union-attr]
+            typed = from_partition_spec(aval_sharding.spec, from_jax_mesh(mesh), ndim=tensor.ndim)  # type: ignore[union-attr]  # has a mesh: so a NamedSharding
             return noted if noted is not None and noted.axes == typed.axes else typed
         if noted is not None:  # Auto axes: the constraint this driver applied while tracing
             return noted

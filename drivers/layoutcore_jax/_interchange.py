@@ -51,7 +51,7 @@ def to_shape_dtype_struct(spec: TensorSpec, *, axis_types: str = "auto") -> Any:
             feature=Limitation.DTYPE,
             value=spec,
         )
-    sharding = to_named_sharding(spec.layout, axis_types=axis_types)  # type: ignore[arg-type]
+    sharding = to_named_sharding(spec.layout, axis_types=axis_types)  # type: ignore[arg-type]  # a spec's layout has a mesh
     return jax.ShapeDtypeStruct(spec.shape, numpy_dtype(spec.dtype), sharding=sharding)
 
 
@@ -93,6 +93,6 @@ def orbax_restore_args(tree: Any) -> Any:
     ``PyTreeCheckpointer().restore(path, item=target, restore_args=orbax_restore_args(specs))``
     with ``target = to_restore_target(specs)``.
     """
-    from orbax.checkpoint import checkpoint_utils  # type: ignore[import-not-found]
+    from orbax.checkpoint import checkpoint_utils  # type: ignore[import-not-found]  # optional, not in the type env
 
     return checkpoint_utils.construct_restore_args(to_restore_target(tree))

@@ -45,7 +45,7 @@ def _serialized(hook: _Hook) -> _Hook:
         with self._tf_lock:
             return hook(self, *args, **kwargs)
 
-    return serialized  # type: ignore[return-value]
+    return serialized  # type: ignore[return-value]  # functools.wraps keeps the signature
 
 
 def _device_type(name: str) -> str:

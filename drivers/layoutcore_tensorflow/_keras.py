@@ -86,7 +86,7 @@ def _called_from_keras3(depth: int = 40) -> bool:
         module = frame.f_globals.get("__name__", "")
         if module == "keras" or module.startswith("keras."):
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop above
     return False
 
 

@@ -302,7 +302,7 @@ def _guarded_mode_class(refusal: Callable[[Any, Any, str], Exception]) -> Any:
                     return None
         return first
 
-    class GuardedLocalTensorMode(mode_base):  # type: ignore[misc, valid-type]
+    class GuardedLocalTensorMode(mode_base):  # type: ignore[misc, valid-type]  # torch's class, found at run time
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if not self._disable and written(func):
                 kwargs = kwargs or {}

@@ -64,7 +64,7 @@ def engine_for(driver_name: str | None) -> Engine:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             from ..driver._registry import get_driver
 
-            world = get_driver("torch").world()  # type: ignore[attr-defined]
+            world = get_driver("torch").world()  # type: ignore[attr-defined]  # the torch driver's own method
             if not getattr(world, "simulated", False):
                 return Engine("torch", dist.get_rank(), dist.get_world_size(), lambda tag: dist.barrier())
     if driver_name == "tensorflow" and "tensorflow" in sys.modules:

@@ -439,7 +439,7 @@ def _pread_into(fd: int, view: np.ndarray[Any, Any], offset: int, name: str, fil
 def _preadv_all(
     fd: int, views: list[np.ndarray[Any, Any]], offset: int, want: int, name: str, file: str, tensor: str
 ) -> None:
-    mvs = [memoryview(v).cast("B") for v in views]  # type: ignore[arg-type]
+    mvs = [memoryview(v).cast("B") for v in views]  # type: ignore[arg-type]  # ndarrays are buffers; stubs miss it
     done = 0
     while done < want:
         # skip the buffers already filled by a short read
