@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import models_recipe
 import numpy as np
 import pytest
 import torch
@@ -185,17 +186,9 @@ def test_shipped_plans_of_llama_and_qwen2_are_carried_over() -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def make_model(kind: str) -> Any:
-    torch.manual_seed(0)
-    config = llama_config(num_hidden_layers=1)  # seconds per test: the simulation runs each op once per rank
-    if kind == "llama":
-        return transformers.LlamaForCausalLM(config)
-    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config.to_dict()))  # qkv bias, GQA
-
-
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_transformers_model_trains_under_its_own_tp_plan(driver: TorchDriver, kind: str, capsys: Any) -> None:
-    reference = make_model(kind)
+    reference = models_recipe.make_model(kind)  # 1 layer: seconds per test
     model = distribute_module(copy.deepcopy(reference), from_tp_plan(reference.tp_plan, MESH, axis="tp"))
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
     opt, ref_opt = torch.optim.SGD(model.parameters(), lr=LR), torch.optim.SGD(reference.parameters(), lr=LR)
@@ -315,3 +308,51 @@ def test_dtensor_activations_stay_available(driver: TorchDriver) -> None:
         out = model(x)
     assert isinstance(out, DTensor)
     np.testing.assert_allclose(lc.to_numpy(out, driver=driver), reference(x).detach().numpy(), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# The same Llama on 2 gloo processes, tp over processes
+# ------------------------------------------------------------------------------------------------
+
+
+def test_llama_under_its_tp_plan_trains_on_two_gloo_processes(capsys: Any, tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import HERE, REPO, clean_env, free_port
+
+    want, want_losses = models_recipe.train_reference()
+    port = free_port()
+    inherited = [str((REPO / p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = clean_env({"LAYOUTCORE_DRIVER": "torch", "PYTHONPATH": os.pathsep.join([str(HERE), *inherited])})
+    worker = HERE / "mp_torch_models_worker.py"
+    # Output to files, not pipes: a rank blocked on a full pipe never reaches its peer's last collective.
+    logs = [(tmp_path / f"rank{r}.out", tmp_path / f"rank{r}.err") for r in range(2)]
+    procs = []
+    for rank, (out_path, err_path) in enumerate(logs):
+        with out_path.open("w") as out_file, err_path.open("w") as err_file:
+            args = [sys.executable, str(worker), str(rank), str(port), "150"]
+            procs.append(subprocess.Popen(args, env=env, cwd=REPO, stdout=out_file, stderr=err_file))
+    outs = []
+    try:
+        for rank, p in enumerate(procs):
+            p.wait(timeout=240)
+            out_path, err_path = logs[rank]
+            assert p.returncode == 0, f"rank {rank} rc={p.returncode}\n{err_path.read_text()[-4000:]}"
+            outs.append(json.loads(out_path.read_text().strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for out in outs:
+        worst = max(float(np.abs(np.asarray(out["params"][n]) - want[n]).max()) for n in want)
+        with capsys.disabled():
+            print(f"\nLlama, gloo rank {out['rank']} of 2: losses {out['losses']}, max |param - unsharded| {worst:.1e}")
+        assert worst <= 1e-4
+        assert max(abs(a - b) for a, b in zip(out["losses"], want_losses, strict=True)) <= 1e-4
+        assert out["placements"]["model.embed_tokens.weight"] == str((Shard(0),))
+        assert out["placements"]["model.layers.0.self_attn.o_proj.weight"] == str((Shard(1),))
+    assert outs[0]["losses"] == outs[1]["losses"]
