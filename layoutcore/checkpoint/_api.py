@@ -356,6 +356,7 @@ def save(
         entries, files, total = {}, [], 0
         groups: set[str] = set()
         advance = stack.enter_context(_progress("saving", sum(lf.spec.nbytes for _, lf in prepared)))
+        scratch = [np.empty(0, dtype=np.uint8)]  # chunk gathering buffer, reused for every shard
         for leaf_path, leaf in prepared:
             spec = leaf.spec
             storage = _storage(leaf_path, spec, read_layouts)
@@ -365,7 +366,7 @@ def save(
                 # plain values are the same on every process: the first process writes them
                 if p in local and (not leaf.plain or engine.rank == 0):
                     block = _host_component(leaf, leaf.components[local[p]])
-                    write_shard(tmp, storage, index, block)
+                    write_shard(tmp, storage, index, block, scratch)
                 files.append(storage.shard_file(index))
             advance(spec.nbytes)
             total += spec.nbytes

@@ -233,12 +233,20 @@ class ArrayStorage:
         }
 
 
-def write_shard(root: str, storage: ArrayStorage, index: Sequence[int], block: np.ndarray[Any, Any]) -> int:
+def write_shard(
+    root: str,
+    storage: ArrayStorage,
+    index: Sequence[int],
+    block: np.ndarray[Any, Any],
+    scratch: list[np.ndarray[Any, Any]] | None = None,
+) -> int:
     """Write shard ``index`` whole from ``block`` (the in-array part of the shard, C order).
 
     Returns the bytes written. The file is written with one ``writev`` per up to 512 chunks;
     chunks that need no reordering (the chunk is the shard, or spans its trailing axes) go
-    to the kernel straight from ``block``'s memory.
+    to the kernel straight from ``block``'s memory; the others are gathered into ``scratch``
+    (a one-element list holding a uint8 array, grown as needed and reused across shards, so a
+    save pays the page faults of one shard, not of every chunk).
     """
     file = os.path.join(root, storage.shard_file(index))
     os.makedirs(os.path.dirname(file), exist_ok=True)
@@ -254,6 +262,11 @@ def write_shard(root: str, storage: ArrayStorage, index: Sequence[int], block: n
         offset = 0
         chunk_bytes = math.prod(chunk) * item
         whole = tuple(block.shape) == tuple(chunk)
+        scratch = [np.empty(0, dtype=np.uint8)] if scratch is None else scratch
+        total = math.prod(storage.chunks_per_shard) * chunk_bytes
+        if not whole and scratch[0].nbytes < total:
+            scratch[0] = np.empty(total, dtype=np.uint8)  # untouched pages cost nothing
+        used = 0  # bytes of scratch holding gathered chunks of this shard
         for k, (g, present) in enumerate(storage.present_chunks(index)):
             if not present:
                 continue
@@ -263,11 +276,16 @@ def write_shard(root: str, storage: ArrayStorage, index: Sequence[int], block: n
             else:
                 sel = tuple(slice(r, min(r + c, n)) for r, c, n in zip(rel, chunk, block.shape, strict=True))
                 part = block[sel]
-                if part.shape != chunk:  # an edge chunk: zero padding to the full chunk shape
-                    padded = np.zeros(chunk, dtype=block.dtype)
-                    padded[tuple(slice(0, n) for n in part.shape)] = part
-                    part = padded
-                data = np.ascontiguousarray(part)
+                if part.shape == chunk and part.flags.c_contiguous:
+                    data = part
+                else:
+                    data = scratch[0][used : used + chunk_bytes].view(block.dtype).reshape(chunk)
+                    used += chunk_bytes
+                    if part.shape != chunk:  # an edge chunk: zero padding to the full chunk shape
+                        data[...] = 0
+                        data[tuple(slice(0, n) for n in part.shape)] = part
+                    else:
+                        np.copyto(data, part)
             flat = data.reshape(-1).view(np.uint8)
             buffers.append(flat)
             buffers.append(crc32c(flat).to_bytes(4, "little"))
