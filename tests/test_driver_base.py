@@ -10,9 +10,10 @@ import pytest
 
 import layoutcore as lc
 from layoutcore.driver import _frontend
+from layoutcore.numpy import NumpyDriver
 
 
-class ConcreteOnlyDriver(lc.NumpyDriver):
+class ConcreteOnlyDriver(NumpyDriver):
     """Like a framework driver: its native layout knows only the concrete devices, not the mesh's
     name or abstractness."""
 
@@ -72,7 +73,7 @@ def test_objects_that_cannot_be_weakly_referenced_are_not_recorded(driver: Concr
 
 def test_relayout_within_one_mesh_only_without_the_capability(driver: ConcreteOnlyDriver) -> None:
     class OneMeshDriver(ConcreteOnlyDriver):
-        capabilities = lc.NumpyDriver.capabilities - {lc.driver.Capability.RELAYOUT_ACROSS_MESHES}
+        capabilities = NumpyDriver.capabilities - {lc.driver.Capability.RELAYOUT_ACROSS_MESHES}
 
     one = OneMeshDriver(num_devices=4)
     mesh = lc.Mesh((2,), ("x",))
@@ -92,7 +93,7 @@ def test_relayout_within_one_mesh_only_without_the_capability(driver: ConcreteOn
 @pytest.mark.parametrize("method", sorted(_frontend._FINAL_METHODS))
 def test_no_driver_can_override_a_front_end_method(method: str) -> None:
     with pytest.raises(TypeError, match=method):
-        type("Bending", (lc.NumpyDriver,), {method: lambda self, *a, **k: None})
+        type("Bending", (NumpyDriver,), {method: lambda self, *a, **k: None})
 
 
 def test_the_front_end_methods_are_final() -> None:
@@ -127,7 +128,7 @@ def test_required_capabilities_cannot_be_changed_by_a_caller() -> None:
         del needed[lc.driver.Capability.UNEVEN]  # type: ignore[attr-defined]
     assert lc.driver.Capability.UNEVEN in lc.driver.required_capabilities(layout, (5,))
 
-    class EvenOnly(lc.NumpyDriver):
+    class EvenOnly(NumpyDriver):
         capabilities = frozenset()
 
     with pytest.raises(lc.UnsupportedLayoutError) as info:
@@ -154,7 +155,7 @@ def test_forget_meshes_drops_every_binding(driver: ConcreteOnlyDriver) -> None:
 
 
 # -- records are checked against the native truth ---------------------------------------------------------
-class LyingDriver(lc.NumpyDriver):
+class LyingDriver(NumpyDriver):
     """Its native_fetch_layout reports every tensor as replicated (a lie the records used to hide)."""
 
     name = "lying"
@@ -175,7 +176,7 @@ def test_fetch_layout_catches_a_lying_native_fetch_layout() -> None:
 
 
 def test_the_call_with_layout_guard_asks_the_tensor_not_the_record() -> None:
-    class Sloppy(lc.NumpyDriver):
+    class Sloppy(NumpyDriver):
         name = "sloppy"
 
         def native_call_with_layout(self, fn, layout, devices, args, kwargs):  # type: ignore[no-untyped-def]
@@ -221,9 +222,9 @@ class Tracer:
     dtype = np.dtype("float32")
 
 
-class TracingDriver(lc.NumpyDriver):
+class TracingDriver(NumpyDriver):
     name = "tracing"
-    capabilities = lc.NumpyDriver.capabilities - {lc.driver.Capability.TRACED}
+    capabilities = NumpyDriver.capabilities - {lc.driver.Capability.TRACED}
 
     def is_traced(self, value: Any) -> bool:
         return isinstance(value, Tracer)
@@ -244,7 +245,7 @@ def test_traced_values_need_the_capability() -> None:
 
 def test_host_reads_of_traced_values_are_refused_even_with_the_capability() -> None:
     class Traces(TracingDriver):
-        capabilities = lc.NumpyDriver.capabilities
+        capabilities = NumpyDriver.capabilities
 
     for call in (Traces(num_devices=4).to_numpy, Traces(num_devices=4).unpack):
         with pytest.raises(lc.UnsupportedLayoutError) as info:
@@ -256,7 +257,7 @@ def test_traced_values_reach_the_hooks_unrecorded_with_the_capability() -> None:
     seen: list[Any] = []
 
     class Traces(TracingDriver):
-        capabilities = lc.NumpyDriver.capabilities
+        capabilities = NumpyDriver.capabilities
 
         def native_distribute(self, value: Any, layout: lc.Layout, devices: tuple[str, ...]) -> Any:
             seen.append(value)
@@ -272,7 +273,7 @@ class CompiledFactory(TracingDriver):
     """A driver whose ``call_with_layout`` hook gives back a traced value (as inside ``jax.jit``); the
     layout its ``native_fetch_layout`` reads there is ``read`` (``None``: not known while tracing)."""
 
-    capabilities = lc.NumpyDriver.capabilities
+    capabilities = NumpyDriver.capabilities
     read: lc.Layout | None = None
 
     def native_call_with_layout(
@@ -337,7 +338,7 @@ def test_pack_refuses_a_global_shape_that_is_no_shape(bad: Any) -> None:
 
 
 def test_pack_names_a_component_of_the_wrong_shape_before_any_capability_question() -> None:
-    class EvenOnly(lc.NumpyDriver):
+    class EvenOnly(NumpyDriver):
         capabilities = frozenset()
 
     with pytest.raises(lc.LayoutError) as info:  # (2, 4) then (3, 4): no chunk rule gives these
@@ -441,7 +442,7 @@ def test_required_capabilities_validates_shapes_that_hash_like_a_cached_one(bad:
 
 
 def test_a_driver_that_forgets_super_init_still_works() -> None:
-    class Forgetful(lc.NumpyDriver):
+    class Forgetful(NumpyDriver):
         def __init__(self) -> None:  # no super().__init__(): the front-end's tables exist anyway
             self._devices = ["CPU:0", "CPU:1"]
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import layoutcore as lc
 from layoutcore import Layout, LayoutError, Mesh, Transfer, relayout_plan
+from layoutcore.numpy import NumpyDriver
 from layoutcore.numpy import _driver as numpy_driver
 
 MESH4 = Mesh((4,), ("x",), devices=[f"CPU:{i}" for i in range(4)])
@@ -280,7 +281,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("shape", [(8, 4), (5, 7)], ids=["even", "uneven"])
 def test_numpy_relayout_copies_exactly_the_floor(sent: list[int], shape: tuple[int, int]) -> None:
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
-    driver = lc.NumpyDriver(8)
+    driver = NumpyDriver(8)
     for source, target in itertools.product(LAYOUTS_42, LAYOUTS_42):
         sent.clear()
         moved = lc.relayout(lc.distribute_tensor(x, source, driver=driver), target, driver=driver)
@@ -291,7 +292,7 @@ def test_numpy_relayout_copies_exactly_the_floor(sent: list[int], shape: tuple[i
 
 
 def test_numpy_relayout_across_meshes_copies_exactly_the_floor(sent: list[int]) -> None:
-    driver = lc.NumpyDriver(8)
+    driver = NumpyDriver(8)
     x = np.arange(48, dtype=np.int64).reshape(8, 6)
     source = Layout(["x", "y"], MESH42)
     target = Layout([None, "b"], Mesh((2, 2), ("a", "b"), devices=["CPU:6", "CPU:1", "CPU:4", "CPU:7"]))
