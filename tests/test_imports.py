@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import layoutcore
+
 FRAMEWORKS = ("jax", "jaxlib", "tensorflow", "torch", "keras")
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_PACKAGES = [
@@ -181,3 +183,27 @@ def test_importing_a_plugin_package_imports_no_framework(package: Path) -> None:
 
 
 # The layer table and the no-cycle rule over every module: tests/test_layers.py.
+
+
+def test_moved_driver_author_names_warn_and_point_to_their_new_module() -> None:
+    import importlib
+    import warnings
+
+    assert layoutcore._MOVED and not set(layoutcore._MOVED) & set(layoutcore.__all__)
+    for name, where in layoutcore._MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            old = getattr(layoutcore, name)
+        assert old is getattr(importlib.import_module(where), name), name
+        assert [w.category for w in caught] == [DeprecationWarning], name
+        assert f"{where}.{name}" in str(caught[0].message), name
+    with pytest.raises(AttributeError):
+        layoutcore.no_such_name  # noqa: B018
+
+
+def test_the_top_level_exports_only_the_user_api() -> None:
+    import importlib
+
+    driver_side = set(importlib.import_module("layoutcore.driver").__all__) | {"NumpyDriver", "ShardedArray"}
+    assert not driver_side & set(layoutcore.__all__)
+    assert 45 <= len(layoutcore.__all__) <= 60
