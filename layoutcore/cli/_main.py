@@ -64,7 +64,7 @@ def _cmd_show(args: argparse.Namespace, extra: list[str]) -> int:
         except lc.LayoutcoreError as exc:
             raise UsageError(f"--layout {args.layout!r}: {exc}") from None
         if args.devices is not None:
-            layout = layout.with_mesh(parse_mesh(layout.mesh.to_string(), args.devices))  # type: ignore[union-attr]
+            layout = layout.with_mesh(parse_mesh(layout.require_mesh().to_string(), args.devices))
     else:
         if args.mesh is None:
             raise UsageError("--mesh is required (e.g. --mesh x=3,y=2) unless --layout is a TF layout string")
