@@ -120,7 +120,9 @@ def assert_dtype_refused(driver: lc.driver.Driver, name: str, call: Callable[[],
     except lc.UnsupportedLayoutError as err:
         assert isinstance(err, NotImplementedError)
         assert name in str(err), f"{what}: the refusal does not name the dtype {name!r}: {err}"
-        assert err.driver == driver.name, f"{what}: UnsupportedLayoutError.driver is {err.driver!r}, not {driver.name!r}"
+        assert err.driver == driver.name, (
+            f"{what}: UnsupportedLayoutError.driver is {err.driver!r}, not {driver.name!r}"
+        )
         assert err.feature == Limitation.DTYPE, f"{what}: UnsupportedLayoutError.feature is {err.feature!r}, not dtype"
         return
     except lc.LayoutcoreError as err:

@@ -71,7 +71,9 @@ def _plain_numpy(value: Any) -> np.ndarray:
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_inplace_op_on_the_result_keeps_the_input(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_inplace_op_on_the_result_keeps_the_input(
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str
+) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()

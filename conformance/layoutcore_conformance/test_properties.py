@@ -49,7 +49,9 @@ def test_device_data_matches_oracle(driver: lc.driver.Driver, adapter: Conforman
 
 
 @given(data=st.data())
-def test_framework_input_matches_oracle(driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject) -> None:
+def test_framework_input_matches_oracle(
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, data: st.DataObject
+) -> None:
     """Distributing a framework-native (undistributed) tensor, not a NumPy array."""
     case = data.draw(cases(adapter.dtypes), label="case")
     x = case.values()
@@ -126,7 +128,10 @@ def test_relayout_there_and_back(
     if tensor is None:
         return
     missing = missing_capabilities(driver, target.layout(), target.shape)
-    if needs_cross_mesh(driver, source, target) and lc.driver.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities:
+    if (
+        needs_cross_mesh(driver, source, target)
+        and lc.driver.Capability.RELAYOUT_ACROSS_MESHES not in driver.capabilities
+    ):
         missing.add(lc.driver.Capability.RELAYOUT_ACROSS_MESHES.value)
     if missing:
         assert_refused(driver, missing, lambda: lc.relayout(tensor, target.layout()), f"relayout {source} -> {target}")

@@ -99,7 +99,9 @@ GUIDE_2D: dict[str, tuple[list[Any], list[Any]]] = {
 @pytest.mark.parametrize("via", ["distribute_tensor", "dtensor_from_array"])
 @pytest.mark.parametrize("native_input", [False, True], ids=["numpy_input", "framework_input"])
 @pytest.mark.parametrize("name", list(GUIDE_2D))
-def test_arange_on_3x2(driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str, native_input: bool, via: str) -> None:
+def test_arange_on_3x2(
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, name: str, native_input: bool, via: str
+) -> None:
     spec, expected = GUIDE_2D[name]
     layout = lc.Layout(spec, mesh_2d())
     array = np.arange(6, dtype=np.int32).reshape(3, 2)

@@ -275,7 +275,9 @@ OPS: list[tuple[Op, str]] = [
 
 
 @st.composite
-def spmd_cases(draw: st.DrawFn, driver: lc.driver.Driver, terms: str) -> tuple[lc.Mesh, list[np.ndarray], list[lc.Layout]]:
+def spmd_cases(
+    draw: st.DrawFn, driver: lc.driver.Driver, terms: str
+) -> tuple[lc.Mesh, list[np.ndarray], list[lc.Layout]]:
     """A random mesh, operand layouts for ``terms`` (einsum letters per operand), and shapes:
     even where the driver lacks uneven support, and only layouts the driver declares."""
     mesh_shape, names, _devices, _name = draw(mesh_parts())

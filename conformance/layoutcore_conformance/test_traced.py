@@ -112,7 +112,9 @@ def _fetch(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("spec", DISTRIBUTE)
-def test_distribute_tensor_inside_the_compiler(driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str) -> None:
+def test_distribute_tensor_inside_the_compiler(
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, spec: str
+) -> None:
     case = _case(spec)
     layout = case.layout()
     x = case.values()
@@ -135,7 +137,9 @@ def test_distribute_tensor_inside_the_compiler(driver: lc.driver.Driver, adapter
 
 
 @pytest.mark.parametrize(("source", "target"), MOVES)
-def test_relayout_inside_the_compiler(driver: lc.driver.Driver, adapter: ConformanceAdapter, source: str, target: str) -> None:
+def test_relayout_inside_the_compiler(
+    driver: lc.driver.Driver, adapter: ConformanceAdapter, source: str, target: str
+) -> None:
     src, dst = _case(source), _case(target)
     x = src.values()
     fetched: list[Any] = []
