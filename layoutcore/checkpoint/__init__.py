@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
+from . import _api, _foreign
 from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan, save
 from ._foreign import export_safetensors
+
+_api.FOREIGN = _foreign  # the foreign readers build on _api; it reaches them through this plug
 
 __all__ = [
     "CheckpointError",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import os
 import shutil
@@ -34,40 +33,16 @@ from ._format import (
     write_json,
     write_shard,
 )
-from ._read_plan import StoredTensor, TensorReads, merge_ranges, plan_tensor, read_boxes
+from ._meta import META, CheckpointInfo, _info_from_meta, _read_meta, _stored_geometry
+from ._read_plan import TensorReads, merge_ranges, plan_tensor, read_boxes
 
 __all__ = ["CheckpointInfo", "ReadPlan", "inspect", "load", "read_plan", "save"]
 
-META = "layoutcore.json"
 #: The mesh a plain (undistributed) array is recorded on: one abstract device, replicated.
 PLAIN_MESH = Mesh((1,), ("replica",))
 
 
 # -- values ------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class CheckpointInfo:
-    """What a checkpoint holds, read from its metadata only.
-
-    Attributes:
-        path: the checkpoint directory.
-        tensors: tensor path -> :class:`TensorSpec` (saved shape, dtype and layout; plain arrays
-            are recorded as replicated on a one-device abstract mesh).
-        total_bytes: bytes of all tensors (each once, replicas not repeated).
-        files: every file of the checkpoint, relative to ``path``.
-        format_version: the layoutcore format version.
-        chunks: tensor path -> inner chunk shape (the read granularity of whole-chunk readers).
-        plain: the paths saved from plain arrays and scalars.
-    """
-
-    path: str
-    tensors: dict[str, TensorSpec]
-    total_bytes: int
-    files: tuple[str, ...]
-    format_version: int
-    chunks: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    plain: frozenset[str] = frozenset()
-
-
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
     """The bytes a load reads, computed from metadata before any data is read.
@@ -475,76 +450,18 @@ def _commit(tmp: str, target: str) -> None:
 
 
 # -- metadata ----------------------------------------------------------------------------------
+#: The foreign-format readers (:mod:`layoutcore.checkpoint._foreign`: torch DCP, Orbax, safetensors),
+#: plugged in by the package's ``__init__``: they build on this module, so it does not import them.
+FOREIGN: Any = None
+
+
 def _foreign(path: str) -> Any:
     """The opened foreign checkpoint (torch DCP, Orbax, safetensors) at ``path``, or ``None``."""
     if not os.path.exists(path) or os.path.isfile(os.path.join(path, META)):
         return None
-    from . import _foreign as foreign
-
-    if foreign.detect(path) is None:
+    if FOREIGN.detect(path) is None:
         return None
-    return foreign.open_foreign(path)
-
-
-def _read_meta(path: str) -> tuple[dict[str, Any], int]:
-    file = os.path.join(path, META)
-    if not os.path.exists(path):
-        raise CheckpointError(f"No checkpoint at {path}: the directory does not exist.", path=path)
-    try:
-        with open(file, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{path} is not a layoutcore checkpoint, or an incomplete one: {META} is missing.", path=path, file=META
-        ) from None
-    try:
-        meta = json.loads(raw)
-    except ValueError as exc:
-        raise CheckpointError(f"Checkpoint {path}: {META} is corrupt ({exc}).", path=path, file=META) from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"Checkpoint {path}: {META} is not a {FORMAT_NAME} file.", path=path, file=META)
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"Checkpoint {path} has format version {meta.get('format_version')!r}; this layoutcore reads "
-            f"version {FORMAT_VERSION}.",
-            path=path,
-            file=META,
-        )
-    return meta, len(raw)
-
-
-def _spec(data: Mapping[str, Any], memo: dict[Any, TensorSpec]) -> TensorSpec:
-    mesh = data["layout"]["mesh"]
-    devices = mesh["devices"]
-    key = (
-        tuple(data["shape"]),
-        data["dtype"],
-        tuple(tuple(a) for a in data["layout"]["axes"]),
-        tuple(mesh["shape"]),
-        tuple(mesh["axis_names"]),
-        None if devices is None else tuple(devices),
-        mesh["name"],
-        data.get("version"),
-        data.get("chunking"),
-        data.get("format"),
-    )
-    spec = memo.get(key)
-    if spec is None:
-        spec = memo[key] = TensorSpec.from_dict(data)
-    return spec
-
-
-def _info_from_meta(path: str, meta: Mapping[str, Any]) -> CheckpointInfo:
-    try:
-        memo: dict[Any, TensorSpec] = {}  # models repeat (shape, dtype, layout): parse each once
-        tensors = {p: _spec(e["spec"], memo) for p, e in meta["tensors"].items()}
-        chunks = {p: tuple(e["chunk"]) for p, e in meta["tensors"].items()}
-        plain = frozenset(p for p, e in meta["tensors"].items() if e.get("plain"))
-    except (KeyError, TypeError, LayoutError) as exc:
-        raise CheckpointError(f"Checkpoint {path}: {META} is corrupt ({exc!r}).", path=path, file=META) from exc
-    return CheckpointInfo(
-        path, tensors, int(meta["total_bytes"]), tuple(meta["files"]), int(meta["format_version"]), chunks, plain
-    )
+    return FOREIGN.open_foreign(path)
 
 
 def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -556,19 +473,10 @@ def inspect(path: str | os.PathLike[str]) -> CheckpointInfo:
     target = os.path.abspath(os.fspath(path))
     foreign = _foreign(target)
     if foreign is not None:
-        from ._foreign import inspect as foreign_inspect
-
-        return foreign_inspect(foreign)
+        info: CheckpointInfo = FOREIGN.inspect(foreign)
+        return info
     meta, _ = _read_meta(target)
     return _info_from_meta(target, meta)
-
-
-@functools.lru_cache(maxsize=256)
-def _stored_geometry(
-    shape: tuple[int, ...], dtype: str, shard: tuple[int, ...], chunk: tuple[int, ...]
-) -> StoredTensor:
-    """The pieces of a stored array, files named relative to its zarr node (shared by equal geometries)."""
-    return ArrayStorage(".", shape, dtype, shard, chunk).stored_tensor("")
 
 
 @functools.lru_cache(maxsize=256)
@@ -779,9 +687,8 @@ def read_plan(
     devices = None if process_devices is None else list(process_devices)
     foreign = _foreign(target_path)
     if foreign is not None:
-        from ._foreign import read_plan as foreign_plan
-
-        return foreign_plan(foreign, target, process_devices=devices)
+        plan: ReadPlan = FOREIGN.read_plan(foreign, target, process_devices=devices)
+        return plan
     drv = None
     if driver is not None and devices is None:
         from ..driver._registry import get_driver
@@ -835,9 +742,7 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     target_path = os.path.abspath(os.fspath(path))
     foreign = _foreign(target_path)
     if foreign is not None:
-        from ._foreign import load as foreign_load
-
-        return foreign_load(foreign, target, driver=driver)
+        return FOREIGN.load(foreign, target, driver=driver)
     drv = get_driver(driver)
     meta, plans, _ = _plan_all(target_path, target, driver=drv)
     values: dict[str, Any] = {}

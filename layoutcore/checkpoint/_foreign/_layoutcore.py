@@ -34,7 +34,7 @@ def layoutcore_box_readers(
     Raises:
         CheckpointError: no layoutcore checkpoint at ``path``, or an unreadable one.
     """
-    from .._api import _info_from_meta, _read_meta, _stored_geometry
+    from .._meta import _info_from_meta, _read_meta, _stored_geometry
     from .._read_plan import plan_tensor, read_boxes
 
     root = os.path.abspath(os.fspath(path))
