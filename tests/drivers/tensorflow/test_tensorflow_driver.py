@@ -67,8 +67,7 @@ def test_tf_started_first_keeps_its_devices_and_warns_once() -> None:
         "import warnings, tensorflow as tf\n"
         "tf.constant(1.0) + 1  # TF's runtime starts with its default single CPU\n"
         "import layoutcore as lc\n"
-        "from layoutcore.driver import _registry
-"
+        "from layoutcore.driver import _registry\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
         "    devices = lc.list_devices(driver='tensorflow')\n"
