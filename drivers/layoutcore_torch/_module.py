@@ -19,6 +19,7 @@ before any parameter is replaced (measured on torch 2.13; never silently replica
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -146,8 +147,8 @@ def distribute_module(
       reducing pending sums (``Partial``) into the target layout. Model code that mixes its own plain tensors
       with activations fails inside torch here; that is what ``"local"`` is for.
 
-    ``module``'s forward runs with torch's math attention kernel (``sdpa_kernel(SDPBackend.MATH)``), whose
-    backward pass DTensor can shard (the default CPU kernel's cannot). In the single-process simulation, run
+    With ``"dtensor"``, ``module``'s forward runs with torch's math attention kernel (``sdpa_kernel(SDPBackend.MATH)``),
+    whose backward pass DTensor can shard (the default CPU kernel's cannot). In the single-process simulation, run
     the forward and backward passes and the optimizer step under ``layoutcore_torch.spmd(mesh)``.
 
     Args:
@@ -186,15 +187,15 @@ def distribute_module(
     outputs = _per_module(module, output_layouts, "output_layouts")
     drv = get_driver(driver if driver is not None else "torch")
     layouts = _distribute_parameters(module, layout_map, drv, local_vocabulary=activations == "local")
+    if activations == "local":  # attention runs on plain local tensors: any kernel
+        _install_local_styles(module, layouts, layout_map, drv)
+        return module
     # torch's default CPU attention kernel (flash) has no DTensor sharding rule for its backward pass (torch
     # 2.13: NotImplementedError for aten._scaled_dot_product_flash_attention_for_cpu_backward); the math
     # kernel is made of ordinary ops that DTensor shards. So the module's forward runs with the math kernel.
     attention = _MathAttention()
     module.register_forward_pre_hook(attention.enter, prepend=True)
     module.register_forward_hook(attention.exit, always_call=True)
-    if activations == "local":
-        _install_local_styles(module, layouts, layout_map, drv)
-        return module
     for name, layouts_ in inputs.items():
         module.get_submodule(name).register_forward_pre_hook(_InputHook(drv, name, layouts_))
     for name, layouts_ in outputs.items():
@@ -239,12 +240,19 @@ def _install_local_styles(module: Any, layouts: Mapping[str, Layout], layout_map
 
 def _placements(layout: Layout, shard_axes: tuple[str, ...], dim: int, kind: str = "shard") -> list[Any]:
     """One placement per mesh axis of ``layout``'s mesh: ``Shard(dim)`` (or ``Partial()``) on ``shard_axes``."""
-    from torch.distributed.tensor import Partial, Replicate, Shard
-
     mesh = layout.mesh
     assert mesh is not None
+    return list(_placements_cached(mesh.axis_names, shard_axes, dim, kind))
+
+
+@functools.lru_cache(maxsize=1024)
+def _placements_cached(
+    axis_names: tuple[str, ...], shard_axes: tuple[str, ...], dim: int, kind: str
+) -> tuple[Any, ...]:
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
     on = Partial() if kind == "partial" else Shard(dim)
-    return [on if name in shard_axes else Replicate() for name in mesh.axis_names]
+    return tuple(on if name in shard_axes else Replicate() for name in axis_names)
 
 
 def _shards(layout: Layout, axes: tuple[str, ...]) -> int:
@@ -266,10 +274,13 @@ def _to_dtensor(driver: Any, value: Any, layout: Layout, placements: list[Any], 
         return value if list(value.placements) == placements else value.redistribute(device_mesh, placements)
     if shape is None:
         return DTensor.from_local(value, device_mesh, placements, run_check=False)
-    import torch
-
-    stride = torch.empty(shape, device="meta").stride()
-    return DTensor.from_local(value, device_mesh, placements, run_check=False, shape=shape, stride=stride)
+    stride, step = [], 1
+    for size in reversed(shape):  # contiguous strides of the global shape
+        stride.append(step)
+        step *= int(size)
+    return DTensor.from_local(
+        value, device_mesh, placements, run_check=False, shape=tuple(shape), stride=tuple(reversed(stride))
+    )
 
 
 def _local(driver: Any, value: Any, layout: Layout, placements: list[Any]) -> Any:
@@ -425,11 +436,12 @@ class _VocabularyParallel:
     local ops and one reduction, so the simulation trains it too (DTensor's own ``MaskPartial`` path fails
     there, torch 2.13)."""
 
-    __slots__ = ("axes", "driver", "layout", "owner", "rows")
+    __slots__ = ("axes", "bounds", "driver", "layout", "owner", "rows")
 
     def __init__(self, driver: Any, owner: Any, layout: Layout) -> None:
         self.driver, self.layout, self.owner, self.rows = driver, layout, owner, owner.num_embeddings
         self.axes = layout.mesh_axes(0)
+        self.bounds: tuple[Any, Any, Any] | None = None
 
     @staticmethod
     def handles(owner: Any, layout: Layout) -> bool:
@@ -451,11 +463,15 @@ class _VocabularyParallel:
         import torch.nn.functional as F
 
         replicated = _placements(self.layout, (), 0)
-        # This rank's row ids (a per-rank tensor in the simulation), cut as the weight's rows are.
-        rows = _to_dtensor(self.driver, torch.arange(self.rows), self.layout, replicated)
-        owned = _local(self.driver, rows, self.layout, _placements(self.layout, self.axes, 0))
+        # This rank's first and last row id (per-rank tensors in the simulation), cut as the weight's rows are;
+        # kept per DeviceMesh object (a new process group makes new ones).
+        device_mesh = self.driver.device_mesh(self.layout.mesh)
+        if self.bounds is None or self.bounds[0] is not device_mesh:
+            rows = _to_dtensor(self.driver, torch.arange(self.rows), self.layout, replicated)
+            owned = _local(self.driver, rows, self.layout, _placements(self.layout, self.axes, 0))
+            self.bounds = (device_mesh, owned[0], owned[-1])
+        _, low, high = self.bounds
         ids = _local(self.driver, ids, self.layout, replicated)
-        low, high = owned[0], owned[-1]
         inside = (ids >= low) & (ids <= high)
         local_ids = torch.where(inside, ids - low, torch.zeros_like(ids))
         out = F.embedding(local_ids, self.owner.weight.to_local())
