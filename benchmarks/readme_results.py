@@ -405,6 +405,11 @@ TABLES: tuple[Table, ...] = (
                 _checkpoint_ratio("load_vs_fromfile", 0.8),
             ),
             Row(
+                "`load` into another layout, cold page cache / `np.fromfile`, cold",
+                "≥ 0.8x",
+                _checkpoint_ratio("load_cold_vs_fromfile_cold", 0.8),
+            ),
+            Row(
                 "`load` of a checkpoint saved with `read_layouts` / `np.fromfile`",
                 "reported",
                 _checkpoint_ratio("load_declared_vs_fromfile", None),
