@@ -436,12 +436,11 @@ class _VocabularyParallel:
     local ops and one reduction, so the simulation trains it too (DTensor's own ``MaskPartial`` path fails
     there, torch 2.13)."""
 
-    __slots__ = ("axes", "bounds", "driver", "layout", "owner", "rows")
+    __slots__ = ("axes", "driver", "layout", "owner", "rows")
 
     def __init__(self, driver: Any, owner: Any, layout: Layout) -> None:
         self.driver, self.layout, self.owner, self.rows = driver, layout, owner, owner.num_embeddings
         self.axes = layout.mesh_axes(0)
-        self.bounds: tuple[Any, Any, Any] | None = None
 
     @staticmethod
     def handles(owner: Any, layout: Layout) -> bool:
@@ -463,14 +462,12 @@ class _VocabularyParallel:
         import torch.nn.functional as F
 
         replicated = _placements(self.layout, (), 0)
-        # This rank's first and last row id (per-rank tensors in the simulation), cut as the weight's rows are;
-        # kept per DeviceMesh object (a new process group makes new ones).
-        device_mesh = self.driver.device_mesh(self.layout.mesh)
-        if self.bounds is None or self.bounds[0] is not device_mesh:
-            rows = _to_dtensor(self.driver, torch.arange(self.rows), self.layout, replicated)
-            owned = _local(self.driver, rows, self.layout, _placements(self.layout, self.axes, 0))
-            self.bounds = (device_mesh, owned[0], owned[-1])
-        _, low, high = self.bounds
+        # This rank's first and last row id (per-rank tensors in the simulation), cut as the weight's rows are.
+        # Made on every call: a per-rank tensor kept from one spmd context into another misbehaves (a bench
+        # whose first call ran under nested spmd contexts then ran 4x slower), and it costs one arange.
+        rows = _to_dtensor(self.driver, torch.arange(self.rows), self.layout, replicated)
+        owned = _local(self.driver, rows, self.layout, _placements(self.layout, self.axes, 0))
+        low, high = owned[0], owned[-1]
         ids = _local(self.driver, ids, self.layout, replicated)
         inside = (ids >= low) & (ids <= high)
         local_ids = torch.where(inside, ids - low, torch.zeros_like(ids))
