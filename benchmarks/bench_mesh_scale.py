@@ -1,6 +1,6 @@
 """How Mesh construction and its TF string round trip scale with the number of devices and axes.
 
-Issue 9 asks for linear time: a Mesh of 1 million explicit devices built and round-tripped
+The target is linear time: a Mesh of 1 million explicit devices built and round-tripped
 through ``to_string`` / ``from_string`` in under 5 s, one of 100 000 in under 0.5 s, and a mesh
 of 20 000 axes fast. Each figure is the minimum over ``--repeat`` runs. The default clock is the
 process's CPU time (on a shared machine wall time mostly measures waiting for a core);

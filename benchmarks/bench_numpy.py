@@ -1,4 +1,4 @@
-"""Speed of the NumPy reference driver and of LayoutMap lookups (issue 2, "Speed").
+"""Speed of the NumPy reference driver and of LayoutMap lookups.
 
 Run from the repository root::
 

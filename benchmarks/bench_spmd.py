@@ -1,4 +1,4 @@
-"""Speed of SPMD matmul on the NumPy driver, and of layout propagation alone (issue 13, "Speed").
+"""Speed of SPMD matmul on the NumPy driver, and of layout propagation alone.
 
 Run from the repository root::
 

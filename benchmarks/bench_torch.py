@@ -1,4 +1,4 @@
-"""Overhead of layoutcore's torch driver over torch DTensor's own calls (issue 5, "Speed").
+"""Overhead of layoutcore's torch driver over torch DTensor's own calls.
 
 Run from the repository root, in an environment with torch::
 
@@ -13,7 +13,7 @@ Simulated mode (fake process group + ``LocalTensorMode``), 8 ranks, a 4x2 mesh `
   ``torch.distributed.tensor.distribute_tensor(t, device_mesh, placements)`` run as a torch user
   runs it in the simulation (inside ``LocalTensorMode(8)``, plain input, default ``src_data_rank=0``),
   and against torch's cheapest simulated call (``LocalTensor`` input whose ranks all share the caller's
-  tensor, ``src_data_rank=None``: what the driver called before issue 8). The driver now copies each
+  tensor, ``src_data_rank=None``: what the driver called before it copied each rank's block). The driver now copies each
   rank's block and wraps the copies with ``DTensor.from_local``, so that no rank aliases the caller's
   memory or another rank's (docs/drivers/torch.md, "Whose memory"); the row shows what that costs;
 * ``relayout`` ``("x", "y") -> ("y", "x")``: ``layoutcore.relayout`` against ``DTensor.redistribute``.

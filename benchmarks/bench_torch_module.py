@@ -1,4 +1,4 @@
-"""Per-forward overhead of ``layoutcore_torch.distribute_module`` against torch's ``parallelize_module`` (issue 11).
+"""Per-forward overhead of ``layoutcore_torch.distribute_module`` against torch's ``parallelize_module``.
 
 Run from the repository root, in an environment with torch::
 
@@ -17,7 +17,7 @@ replicated (the second layer's pending sum reduced). torch: ``parallelize_module
   ratio is the hooks' own overhead around the same torch computation. Target: <= 1.05.
 * **plain tensor input**: torch's ``PrepareModuleInput`` wraps it with ``DTensor.from_local`` (no copy;
   every rank aliases the caller's tensor), layoutcore's hook snapshots it (each rank copies its block,
-  DESIGN §2a "Whose memory"). Reported, no target: the copy is the price of that rule.
+  docs/design.md#data-functions-made-precise "Whose memory"). Reported, no target: the copy is the price of that rule.
 
 Clock: this process's CPU time (``--clock wall`` for wall time). Writes ``benchmarks/results/bench_torch_module.json``.
 """

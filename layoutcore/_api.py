@@ -1,5 +1,5 @@
 """Module-level data functions: each dispatches to ``driver=``, else the active driver; those that take a
-distributed tensor, when no ``use_driver``/``set_driver`` is in force, to the value's own driver (DESIGN §2a)."""
+distributed tensor, when no ``use_driver``/``set_driver`` is in force, to the value's own driver (docs/design.md#data-functions-made-precise)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seeing before running (DESIGN §5): per-device memory of a LayoutMap.
+"""Seeing before running (docs/design.md#seeing-before-running): per-device memory of a LayoutMap.
 
 Pure accounting on :mod:`layoutcore.geometry`; no framework is imported and no data is touched.
 :func:`plan` applies a :class:`LayoutMap` to a model's variables (shapes and dtypes only) and

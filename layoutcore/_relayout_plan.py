@@ -1,4 +1,4 @@
-"""The exact data movement of a relayout (DESIGN §5): :func:`relayout_plan` and the transfers the NumPy driver runs.
+"""The exact data movement of a relayout (docs/design.md#seeing-before-running): :func:`relayout_plan` and the transfers the NumPy driver runs.
 
 :func:`relayout_plan` lists the rectangles a relayout must move. Device ``d`` needs its
 target block ``B_d`` and holds its source block ``A_d``; the source's distinct blocks are

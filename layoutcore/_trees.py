@@ -1,4 +1,4 @@
-"""Trees of arrays: a layout for every leaf by path, and placing a whole tree (DESIGN §6).
+"""Trees of arrays: a layout for every leaf by path, and placing a whole tree (docs/design.md#trees-and-model-code).
 
 A *tree* is nested dicts (any ``Mapping``), lists, tuples and namedtuples; anything else is a
 leaf. A leaf *has a layout* when it has a ``.shape`` (NumPy arrays, framework tensors, JAX

@@ -99,7 +99,7 @@ class Variable(HoldsValue):
         A distributed ``value`` must already have this variable's layout; a plain global
         value is distributed with it.
 
-        The variable keeps its dtype (DESIGN §2a): a value of another dtype is cast to it where
+        The variable keeps its dtype (docs/design.md#data-functions-made-precise): a value of another dtype is cast to it where
         NumPy's ``same_kind`` rule allows (``int64`` into ``float32``, ``float64`` into
         ``float32``), else refused.
 
@@ -117,7 +117,7 @@ class Variable(HoldsValue):
             except UnsupportedLayoutError as err:
                 if err.feature != "partial":
                     raise
-                # Pending sums (torch's Partial) have no Layout: reduce them into the variable's (DESIGN §6).
+                # Pending sums (torch's Partial) have no Layout: reduce them into the variable's (docs/design.md#trees-and-model-code).
                 value = drv.relayout(value, self._layout)
                 actual = self._layout
             if actual != self._layout:

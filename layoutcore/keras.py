@@ -1,4 +1,4 @@
-"""keras 3 bridge: layoutcore meshes, layouts and maps as ``keras.distribution`` values (DESIGN §6).
+"""keras 3 bridge: layoutcore meshes, layouts and maps as ``keras.distribution`` values (docs/design.md#trees-and-model-code).
 
 Importing this module imports neither keras nor any framework; keras (and, for
 :class:`ModelParallel`, layoutcore's driver for the keras backend) is imported on first use.

@@ -22,7 +22,7 @@ from layoutcore import (
 from layoutcore.driver import Capability, register_driver, required_capabilities
 from layoutcore.numpy import NumpyDriver
 
-# Every name DESIGN.md promises.
+# Every name the contract (docs/design.md) promises.
 CONTRACT_NAMES = [
     "Mesh",
     "DeviceMesh",

@@ -286,7 +286,7 @@ def test_pictures_match_the_geometry(tmp_path: Path) -> None:
         assert _svg_text(committed[name]) == _svg_text(path), (
             f"docs/img/{name} is stale: run `python docs/gen_pictures.py` and commit the result"
         )
-    # The contract's own examples (DESIGN: 5 over 3 -> 2,2,1; 4 over 3 -> 2,2,0; 2 over 4 -> 1,1,0,0).
+    # The contract's own examples (docs/design.md#layout: 5 over 3 -> 2,2,1; 4 over 3 -> 2,2,0; 2 over 4 -> 1,1,0,0).
     chunk_text = "\n".join(_svg_text(committed["chunk-rule.svg"]))
     for sizes in ("2, 2, 1", "2, 2, 0", "1, 1, 0, 0"):
         assert f"block sizes {sizes}" in chunk_text

@@ -118,7 +118,7 @@ def test_documented_examples() -> None:
     assert geometry.device_blocks((3, 2), ((0,), ())) == [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0)]
 
 
-# -- issue 9: the public functions validate their inputs; errors are LayoutErrors (and ValueErrors) ---
+# -- the public functions validate their inputs; errors are LayoutErrors (and ValueErrors) ---
 BAD_CALLS = [
     ("mesh_coordinate wraps around", lambda: geometry.mesh_coordinate((3, 2), 7)),
     ("negative position", lambda: geometry.mesh_coordinate((3, 2), -1)),

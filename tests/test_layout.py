@@ -1,5 +1,5 @@
-"""Layout: canonical axes, validation, TF DTensor strings and helper values (FACTS §5.2-5.4),
-and the shard geometry it exposes (FACTS §1-3)."""
+"""Layout: canonical axes, validation, TF DTensor strings and helper values (docs/framework-facts.md#tf-layout-strings, #tf-layout-helpers and #size-one-axes),
+and the shard geometry it exposes (docs/framework-facts.md#shard-order, #uneven-dimensions and #multi-axis)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ U = UNSHARDED
 MESH_STRING = "|x=3,y=2|0,1,2,3,4,5|0,1,2,3,4,5|" + ",".join(FULL(i) for i in range(6))
 
 
-# -- TF strings, byte for byte (FACTS §5.2) --------------------------------------------------------
+# -- TF strings, byte for byte (docs/framework-facts.md#tf-layout-strings) -------------------------
 @pytest.mark.parametrize(
     ("specs", "head"),
     [
@@ -86,7 +86,7 @@ def test_from_string_names_the_text() -> None:
         Layout.from_string("parted:x,unsharded, mesh:" + MESH_STRING)
 
 
-# -- helpers: TF's values on the 3x2 mesh (FACTS §5.3) ---------------------------------------------
+# -- helpers: TF's values on the 3x2 mesh (docs/framework-facts.md#tf-layout-helpers) --------------
 def test_helper_constructors_match_tf_strings(mesh: Mesh) -> None:
     tail = " mesh:" + MESH_STRING
     assert Layout.batch_sharded(mesh, "x", rank=3).to_string() == "sharding_specs:x,unsharded,unsharded," + tail
@@ -110,7 +110,7 @@ def test_delete_out_of_range_raises_where_tf_ignores(mesh: Mesh, dims: object) -
         Layout(["x", "y", U], mesh).delete(dims)  # type: ignore[arg-type]
 
 
-# FACTS §5.3: num_shards, is_fully_replicated, offset_to_shard, offset_tuple_to_global_index.
+# docs/framework-facts.md#tf-layout-helpers: num_shards, is_fully_replicated, offset_to_shard, offset_tuple_to_global_index.
 TF_HELPER_TABLE = [
     (["x", U], [3, 1], False, [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0)], [0, 0, 1, 1, 2, 2]),
     ([U, "y"], [1, 2], False, [(0, 0), (0, 1), (0, 0), (0, 1), (0, 0), (0, 1)], [0, 1, 0, 1, 0, 1]),
@@ -163,7 +163,7 @@ def test_helpers_raise_where_tf_crashes(mesh: Mesh, call: object) -> None:
 
 def test_is_fully_replicated_edge_cases() -> None:
     assert Layout([]).is_fully_replicated()
-    # As TF (FACTS §5.4): sharding over a size-1 mesh axis still counts as sharded.
+    # As TF (docs/framework-facts.md#size-one-axes): sharding over a size-1 mesh axis still counts as sharded.
     assert not Layout(["a", U], Mesh((1, 6), ("a", "b"))).is_fully_replicated()
 
 
@@ -298,7 +298,7 @@ def test_str_is_short(mesh: Mesh) -> None:
     assert str(Layout([("x", "y"), None], mesh)) == "Layout[(x,y), unsharded] on Mesh(x=3, y=2)"
 
 
-# -- geometry through Layout (FACTS §1-3) -------------------------------------------------------------
+# -- geometry through Layout (docs/framework-facts.md#shard-order, #uneven-dimensions and #multi-axis) -------------------------------------------------------------
 @pytest.mark.parametrize("axes", list(MEASURED_6x6))
 def test_device_slices_match_all_three_frameworks(mesh: Mesh, axes: tuple[str | None, ...]) -> None:
     slices = Layout(axes, mesh).device_slices((6, 6))
@@ -309,7 +309,7 @@ def test_device_slices_match_all_three_frameworks(mesh: Mesh, axes: tuple[str | 
 @pytest.mark.parametrize(("size", "n"), list(CHUNKS))
 def test_chunk_rule_is_torch_chunk(size: int, n: int) -> None:
     sizes = list(CHUNKS[size, n])
-    # FACTS F2.3: torch's distribute_tensor (4 over 3 -> 2,2,0, NOT numpy.array_split's 2,1,1).
+    # docs/framework-facts.md#uneven-dimensions: torch's distribute_tensor (4 over 3 -> 2,2,0, NOT numpy.array_split's 2,1,1).
     layout = Layout(["x"], Mesh((n,), ("x",)))
     assert [s[0] for s in layout.local_shapes((size,))] == sizes
     assert layout.shard_shape((size,)) == (max(sizes),)
@@ -322,13 +322,13 @@ def test_multi_axis_is_one_flat_chunk_over_the_product() -> None:
     # 5 over a 2x2 product: flat chunk over 4 gives 2,2,1,0 (torch's nested [Shard(0), Shard(0)] would give 2,1,1,1).
     layout = Layout([("x", "y")], Mesh((2, 2), ("x", "y")))
     assert [s[0] for s in layout.local_shapes((5,))] == [2, 2, 1, 0]
-    # (2, 6) on 3x2 with (x, y) on axis 0: flat chunk over 6 (FACTS F2.3).
+    # (2, 6) on 3x2 with (x, y) on axis 0: flat chunk over 6 (docs/framework-facts.md#uneven-dimensions).
     layout = Layout([("x", "y"), None], Mesh((3, 2), ("x", "y")))
     assert layout.local_shapes((2, 6)) == [(1, 6), (1, 6), (0, 6), (0, 6), (0, 6), (0, 6)]
 
 
 def test_two_axes_uneven_is_a_flat_chunk_per_dimension() -> None:
-    # FACTS F2.3: (7, 5) with [Shard(0), Shard(1)] on 3x2.
+    # docs/framework-facts.md#uneven-dimensions: (7, 5) with [Shard(0), Shard(1)] on 3x2.
     layout = Layout(["x", "y"], Mesh((3, 2), ("x", "y")))
     assert layout.local_shapes((7, 5)) == [(3, 3), (3, 2), (3, 3), (3, 2), (1, 3), (1, 2)]
 
@@ -336,7 +336,7 @@ def test_two_axes_uneven_is_a_flat_chunk_per_dimension() -> None:
 @pytest.mark.parametrize(
     ("axes", "blocks"),
     [
-        # FACTS F3.1, arange(12) on x=3, y=2.
+        # docs/framework-facts.md#multi-axis, arange(12) on x=3, y=2.
         (("x", "y"), [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 12)]),
         (("y", "x"), [(0, 2), (6, 8), (2, 4), (8, 10), (4, 6), (10, 12)]),
     ],
@@ -346,7 +346,7 @@ def test_multi_axis_order_is_major_to_minor(mesh: Mesh, axes: tuple[str, str], b
 
 
 def test_multi_axis_y_x_on_2x3_matches_jax() -> None:
-    # FACTS F3.2: mesh x=2, y=3, P(('y','x')) on arange(12).
+    # docs/framework-facts.md#multi-axis: mesh x=2, y=3, P(('y','x')) on arange(12).
     mesh = Mesh((2, 3), ("x", "y"))
     held = [np.arange(12)[s].tolist() for s in Layout([("y", "x")], mesh).device_slices((12,))]
     assert held == [[0, 1], [4, 5], [8, 9], [2, 3], [6, 7], [10, 11]]
@@ -373,7 +373,7 @@ def test_layout_string_round_trip_property(layout: Layout) -> None:
     assert layout.sharding_specs == specs
 
 
-# -- issue 9: typed errors for every bad input; NumPy ints accepted ----------------------------------
+# -- typed errors for every bad input; NumPy ints accepted ----------------------------------
 class _IndexRaises:
     """An int-like object whose ``__index__`` raises."""
 

@@ -1,4 +1,4 @@
-"""LayoutMap: keras' lookup rules (FACTS §11.1), errors, mesh binding, and layout_map_scope."""
+"""LayoutMap: keras' lookup rules (docs/framework-facts.md#keras-layoutmap), errors, mesh binding, and layout_map_scope."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from layoutcore import (
 
 MESH = Mesh((2, 3), ("x", "y"))
 
-# FACTS §11.1: the same keys queried with keras 3.15 (fullmatch) and keras 3.6 (search).
+# docs/framework-facts.md#keras-layoutmap: the same keys queried with keras 3.15 (fullmatch) and keras 3.6 (search).
 KERAS_TABLE = [
     ("dense/kernel", ("x", None), ("x", None)),
     ("my_dense/kernel", None, ("x", None)),
@@ -73,7 +73,7 @@ def test_match_mode_anchors_at_the_start_only() -> None:
 
 
 def test_several_matches_raise_naming_every_pattern() -> None:
-    # FACTS §11.1: keys {'kernel', 'dense.*'} and path 'dense/kernel' under search.
+    # docs/framework-facts.md#keras-layoutmap: keys {'kernel', 'dense.*'} and path 'dense/kernel' under search.
     lm = LayoutMap(MESH)
     lm["kernel"] = ("x",)
     lm["dense.*"] = ("y",)
@@ -297,7 +297,7 @@ def test_layout_for_refuses_ambiguous_paths() -> None:
         lm.layout_for("dense/kernel", (2, 2))
 
 
-# -- on_missing (DESIGN §5) -------------------------------------------------------------------------
+# -- on_missing (docs/design.md#seeing-before-running) ----------------------------------------------
 def _dense_map(on_missing: str) -> LayoutMap:
     lm = LayoutMap(MESH, on_missing=on_missing)  # type: ignore[arg-type]
     lm["dense.*kernel"] = (None, "y")
@@ -394,7 +394,7 @@ def test_explain_near_misses_rank_the_closest_pattern_first() -> None:
     assert lm.explain("token_embedings").near_misses == ("embeddings",)
 
 
-# -- patterns Python's re cannot run safely (issue 9) ------------------------------------------------
+# -- patterns Python's re cannot run safely ------------------------------------------------
 @pytest.mark.parametrize(
     ("pattern", "cause"),
     [

@@ -1,4 +1,4 @@
-"""Mesh: construction, validation, canonical devices, and TF DTensor's mesh strings (FACTS §5.1)."""
+"""Mesh: construction, validation, canonical devices, and TF DTensor's mesh strings (docs/framework-facts.md#tf-mesh-strings)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_from_string_ignores_use_xla_spmd_suffix(mesh: Mesh) -> None:
 
 
 def test_from_string_places_devices_by_local_id() -> None:
-    # FACTS F1.2: local_device_ids [5,3,1,0,2,4] on CPU:0..5; with ['x', U] TF's unpack gave
+    # docs/framework-facts.md#permuted-meshes: local_device_ids [5,3,1,0,2,4] on CPU:0..5; with ['x', U] TF's unpack gave
     # CPU:0 -> rows 4:6, CPU:1 -> 2:4, CPU:2 -> 0:2, CPU:3 -> 0:2, CPU:4 -> 2:4, CPU:5 -> 4:6.
     mesh = Mesh.from_string(f"|x=3,y=2|0,1,2,3,4,5|5,3,1,0,2,4|{FULL6}")
     slices = Layout(["x", None], mesh).device_slices((6, 6))
@@ -81,7 +81,7 @@ def test_from_string_places_devices_by_local_id() -> None:
 
 
 def test_from_string_accepts_permuted_global_ids() -> None:
-    # FACTS F1.2: '|x=2|1,0|1,0|CPU:1,CPU:0' is accepted by TF and CPU:1 holds [2, 3] of arange(4).
+    # docs/framework-facts.md#permuted-meshes: '|x=2|1,0|1,0|CPU:1,CPU:0' is accepted by TF and CPU:1 holds [2, 3] of arange(4).
     mesh = Mesh.from_string(f"|x=2|1,0|1,0|{FULL(1)},{FULL(0)}")
     slices = Layout(["x"], mesh).device_slices((4,))
     held = {d: np.arange(4)[s].tolist() for d, s in zip(mesh.devices or (), slices, strict=True)}
@@ -89,7 +89,7 @@ def test_from_string_accepts_permuted_global_ids() -> None:
 
 
 def test_from_string_multi_client_partial_string_is_abstract() -> None:
-    # FACTS F9.3: client 1's mesh string lists only its own two devices.
+    # docs/framework-facts.md#tf-mesh-strings: client 1's mesh string lists only its own two devices.
     worker = "/job:worker/replica:0/task:1/device:CPU:{}".format
     mesh = Mesh.from_string(f"|x=2,y=2|0,1,2,3|2,3|{worker(0)},{worker(1)}")
     assert mesh.is_abstract and mesh.shape == (2, 2) and mesh.axis_names == ("x", "y")
@@ -307,7 +307,7 @@ def test_string_round_trip_property(mesh: Mesh) -> None:
     assert eval(repr(mesh), {"Mesh": Mesh}) == mesh
 
 
-# -- issue 9: every bad input is a typed error, checked before anything is allocated ------------------
+# -- every bad input is a typed error, checked before anything is allocated ------------------
 class _IndexRaises:
     """An int-like object whose ``__index__`` raises."""
 
@@ -438,7 +438,7 @@ def test_permuted_local_ids_of_many_devices_place_by_id() -> None:
     assert mesh.devices == tuple(f"CPU:{n - 1 - g}" for g in range(n))
 
 
-# -- TF DTensor's Mesh members (values from FACTS §5.1; tests/drivers/tensorflow checks them against TF) --
+# -- TF DTensor's Mesh members (values from docs/framework-facts.md#tf-mesh-strings; tests/drivers/tensorflow checks them against TF) --
 def test_tf_mesh_members(mesh: Mesh) -> None:
     assert "x" in mesh and "y" in mesh and "z" not in mesh and 3 not in mesh
     assert mesh.contains_dim("y") and not mesh.contains_dim("q")

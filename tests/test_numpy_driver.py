@@ -150,7 +150,7 @@ def test_functions_refuse_plain_arrays() -> None:
     for fn in (unpack, to_numpy, fetch_layout):
         with pytest.raises(NotDistributedError, match=r"numpy\.ndarray"):
             fn(np.zeros(3))
-    # DESIGN §2a: relayout places a plain value as distribute_tensor would (TF's relayout does too).
+    # docs/design.md#data-functions-made-precise: relayout places a plain value as distribute_tensor would (TF's relayout does too).
     placed = relayout(np.arange(4), Layout(["x"], MESH))
     assert fetch_layout(placed) == Layout(["x"], MESH) and to_numpy(placed).tolist() == [0, 1, 2, 3]
 
@@ -212,7 +212,7 @@ def test_pack_checks_dtypes() -> None:
 
 
 def test_pack_refuses_differing_replicas_naming_the_devices() -> None:
-    # FACTS F6.2: TF accepts this silently; we don't.
+    # docs/framework-facts.md#replicas-and-pack: TF accepts this silently; we don't.
     pieces = [np.full((2, 4), float(i // 2)) for i in range(6)]
     pieces[5] = pieces[5] + 1
     with pytest.raises(LayoutError) as info:
@@ -283,7 +283,7 @@ def test_relayout_is_a_view_where_one_source_block_covers_the_target() -> None:
 
 
 def test_relayout_gives_each_replica_its_own_received_block() -> None:
-    # DESIGN §5: the driver moves exactly relayout_plan's transfers, so a replica that receives a
+    # docs/design.md#seeing-before-running: the driver moves exactly relayout_plan's transfers, so a replica that receives a
     # block holds its own copy (as a real device would), with the same data as the other replicas.
     x = np.arange(24.0).reshape(6, 4)
     moved = relayout(distribute_tensor(x, Layout(["x", "y"], MESH)), Layout([None, "y"], MESH))

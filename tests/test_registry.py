@@ -262,7 +262,7 @@ def test_use_driver_is_per_asyncio_task() -> None:
     assert active_driver_name() == "numpy"
 
 
-# -- the value chooses the driver (DESIGN §2a) -------------------------------------------------------------
+# -- the value chooses the driver (docs/design.md#data-functions-made-precise) -----------------------------
 class BoxArray:
     """The native distributed tensor of the "box" driver below: a ShardedArray in a box."""
 

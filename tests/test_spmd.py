@@ -1,4 +1,4 @@
-"""The NumPy driver's ShardedArray as an SPMD array (DESIGN §7).
+"""The NumPy driver's ShardedArray as an SPMD array (docs/design.md#spmd).
 
 Oracles: NumPy on the global arrays (values), the pure shard math (each device's component is
 its slice of the value), and :mod:`layoutcore.propagation` (layouts). A spy proves that no step

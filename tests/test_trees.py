@@ -1,4 +1,4 @@
-"""layoutcore.tree_layouts / distribute_tree / flatten_with_paths (DESIGN §6), on the NumPy driver.
+"""layoutcore.tree_layouts / distribute_tree / flatten_with_paths (docs/design.md#trees-and-model-code), on the NumPy driver.
 
 The oracle for placed data is the pure shard math (``Layout.device_slices``) applied to the
 original leaf with NumPy indexing, not the driver's own unpacking logic.

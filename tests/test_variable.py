@@ -149,7 +149,7 @@ def test_handle_is_the_drivers_variable_state_and_follows_assign() -> None:
     assert to_numpy(v.handle.value).tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-# -- assign keeps the dtype (DESIGN §2a) ---------------------------------------------------------------------
+# -- assign keeps the dtype (docs/design.md#data-functions-made-precise) -------------------------------------
 def test_assign_casts_what_same_kind_allows_and_keeps_the_dtype() -> None:
     v = Variable(np.zeros(6, np.float32), Layout(["x"], MESH6))
     v.assign(np.arange(6, dtype=np.int64))  # int64 -> float32 is a same_kind cast

@@ -19,7 +19,7 @@ class NumpyAdapter(ConformanceAdapter):
 
     NumPy is the "framework" here: ``ShardedArray``'s operators run per device (SPMD) and their result
     carries its layout in the array itself, as a framework's native tensor does (``ShardedArray.layout``
-    is what ``native_fetch_layout`` reads). Its components are read-only views (DESIGN §2a), so there is
+    is what ``native_fetch_layout`` reads). Its components are read-only views (docs/design.md#data-functions-made-precise), so there is
     no in-place operation and no compiler.
     """
 

@@ -1,4 +1,4 @@
-"""What the frameworks were measured to do (``shared/framework-facts/FACTS.md``), as data.
+"""What the frameworks were measured to do (docs/framework-facts.md#shard-order), as data.
 
 The conformance suite pins its oracle to these tables, and layoutcore's own unit tests pin
 ``Layout`` to them, so a wrong oracle cannot pass a wrong driver.
@@ -26,7 +26,7 @@ def bounds(slices: list[tuple[slice, ...]]) -> list[tuple[tuple[int, int], ...]]
     return [tuple((s.start, s.stop) for s in sl) for sl in slices]
 
 
-# FACTS F1.1: G = arange(36).reshape(6, 6) on the 3x2 mesh (x, y); JAX, TF and torch all gave these.
+# docs/framework-facts.md#shard-order: G = arange(36).reshape(6, 6) on the 3x2 mesh (x, y); JAX, TF and torch all gave these.
 MEASURED_6x6: dict[tuple[str | None, ...], list[tuple[tuple[int, int], ...]]] = {
     ("x", None): [
         ((0, 2), (0, 6)),
@@ -61,7 +61,7 @@ MEASURED_6x6: dict[tuple[str | None, ...], list[tuple[tuple[int, int], ...]]] = 
         ((4, 6), (3, 6)),
     ],
 }
-# FACTS F3.1: arange(12) over two mesh axes, major to minor in tuple order.
+# docs/framework-facts.md#multi-axis: arange(12) over two mesh axes, major to minor in tuple order.
 MEASURED_MULTI: dict[tuple[str, ...], list[tuple[tuple[int, int], ...]]] = {
     ("x", "y"): [((0, 2),), ((2, 4),), ((4, 6),), ((6, 8),), ((8, 10),), ((10, 12),)],
     ("y", "x"): [((0, 2),), ((6, 8),), ((2, 4),), ((8, 10),), ((4, 6),), ((10, 12),)],

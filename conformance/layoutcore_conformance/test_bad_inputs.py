@@ -308,7 +308,7 @@ TABLE = [
             TypeError,
             _type_name_of_plain(kind),
         )
-        for name in ("unpack", "to_numpy", "fetch_layout")  # relayout places a plain value (DESIGN §2a)
+        for name in ("unpack", "to_numpy", "fetch_layout")  # relayout: docs/design.md#data-functions-made-precise
         for kind in ("numpy", "framework")
     ],
     # -- devices, copy_to_mesh, call_with_layout, Variable ---------------------------------------------------

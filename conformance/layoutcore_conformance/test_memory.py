@@ -1,4 +1,4 @@
-"""Whose memory (DESIGN §2a): writes through a distributed value stay inside it, on every driver.
+"""Whose memory (docs/design.md#data-functions-made-precise): writes through a distributed value stay inside it, on every driver.
 
 * An in-place operation on ``distribute_tensor``'s result (the framework's own, ``adapter.subtract_inplace``,
   where its arrays are mutable) and ``Variable.assign`` never change the caller's input, NumPy array or

@@ -1,5 +1,5 @@
 """The oracle itself, pinned to the contract's chunk rule and to what the frameworks were measured
-to do (FACTS §1-§3), so that a wrong oracle cannot pass a wrong driver; and the capability rule
+to do (docs/framework-facts.md#shard-order, #uneven-dimensions and #multi-axis), so that a wrong oracle cannot pass a wrong driver; and the capability rule
 the gating relies on, re-derived here."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Seed: ``tf.experimental.dtensor.Layout`` methods on the 3x2 mesh, with the values TensorFlow
-2.21 returned (FACTS §5.2-§5.4), strings byte for byte; plus the calls where layoutcore
+2.21 returned (docs/framework-facts.md#tf-layout-strings, #tf-layout-helpers and #size-one-axes), strings byte for byte; plus the calls where layoutcore
 deliberately differs (TF silently ignores or crashes, layoutcore raises ``LayoutError``).
 
 These are values, not data, but they run under every driver: a driver package must not be
@@ -140,6 +140,6 @@ def test_mesh_properties(mesh: lc.Mesh) -> None:
     ],
 )
 def test_calls_that_crash_tf_raise(mesh: lc.Mesh, call: Any) -> None:
-    # TF segfaults or raises RuntimeError/garbage on these (FACTS §5.3); layoutcore raises LayoutError.
+    # TF segfaults or raises RuntimeError/garbage on these (docs/framework-facts.md#tf-crash-traps); layoutcore raises LayoutError.
     with pytest.raises(lc.LayoutError):
         call(mesh)

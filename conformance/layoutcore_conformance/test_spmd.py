@@ -1,4 +1,4 @@
-"""SPMD: the DTensor guide's operations on every driver (DESIGN §7).
+"""SPMD: the DTensor guide's operations on every driver (docs/design.md#spmd).
 
 Operands are placed with ``layoutcore.distribute_tensor``; the operation itself is the
 framework's own (``adapter.matmul`` / ``einsum`` / ``add`` / ``sum``: ``jnp.matmul``,

@@ -1,4 +1,4 @@
-"""Inside the framework's compiler (DESIGN §2a): ``jax.jit``, ``tf.function``, ``torch.compile``
+"""Inside the framework's compiler (docs/design.md#data-functions-made-precise): ``jax.jit``, ``tf.function``, ``torch.compile``
 (``adapter.compile``).
 
 A driver that declares ``Capability.TRACED``: ``distribute_tensor`` and ``relayout`` called inside the

@@ -1,4 +1,4 @@
-"""``tree_shardings``: a LayoutMap over any JAX pytree, as ``NamedSharding``s for ``jax.jit`` (DESIGN §6)."""
+"""``tree_shardings``: a LayoutMap over any JAX pytree, as ``NamedSharding``s for ``jax.jit`` (docs/design.md#trees-and-model-code)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Conversions are cached on the hashable layoutcore values, both ways. A native va
 layoutcore cannot represent (a single-device, ``parted`` or remote layout, TF's ``match``
 token, several mesh axes on one tensor axis) raises :class:`~layoutcore.LayoutError` or
 :class:`~layoutcore.UnsupportedLayoutError` without reaching any of the TF calls that crash
-the interpreter on odd input (FACTS §5).
+the interpreter on odd input (docs/framework-facts.md#tf-crash-traps).
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ def from_str(data: bytes) -> Layout:
 
 
 def _check_proto_names(mesh: Any) -> None:
-    # TF builds its C++ mesh from these names and crashes on some (FACTS §5.1); check them first.
+    # TF builds its C++ mesh from these names and crashes on some (docs/framework-facts.md#tf-mesh-strings); check them first.
     try:
         Mesh(
             [max(int(d.size), 1) for d in mesh.mesh_dimensions] or [1], [d.name for d in mesh.mesh_dimensions] or ["d"]

@@ -1,4 +1,4 @@
-"""tf-keras models under :func:`layoutcore.layout_map_scope` (DESIGN §6, the seed's ``layout_map_scope``).
+"""tf-keras models under :func:`layoutcore.layout_map_scope` (docs/design.md#trees-and-model-code, the seed's ``layout_map_scope``).
 
 tf-keras (the ``tf_keras`` package, tf.keras 2) already knows how to give a model's variables
 DTensor layouts: inside its ``layout_map_scope`` every ``tf.Variable`` starts as a lazy

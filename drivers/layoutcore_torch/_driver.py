@@ -15,7 +15,7 @@ Two modes, picked per call without any set-up by the user (:mod:`._mode`):
   Nothing starts at import or driver construction, so a real group started before the first
   data operation wins; :func:`layoutcore_torch.release_simulation` ends the simulation.
 
-**Whose memory** (DESIGN §2a). Every shard the driver makes is its own copy: ``distribute_tensor``,
+**Whose memory** (docs/design.md#data-functions-made-precise). Every shard the driver makes is its own copy: ``distribute_tensor``,
 ``pack`` and ``Variable`` copy each device's block out of the caller's array or tensor (a
 *snapshot*: later writes to the caller's array do not show through, and writes through the result,
 in-place ops and optimizer steps included, never reach the caller). In the simulation each rank owns

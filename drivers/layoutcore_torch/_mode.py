@@ -10,7 +10,7 @@
 ``LocalTensorMode`` is not thread-safe: entering it patches methods of the ``DeviceMesh`` *class*
 for every thread, and its per-mode caches are keyed by mesh identity. Two threads in two modes at
 once gave ``KeyError: 4``, ``AssertionError("Unexpectedly not in LocalTensorMode")`` and wrong data
-(torch 2.13, issue 8). So every use of the mode, the driver's and the user's
+(measured with torch 2.13). So every use of the mode, the driver's and the user's
 (:func:`layoutcore_torch.spmd`), holds one process-wide re-entrant lock: simulated work from several
 threads runs one thread at a time, and a thread may nest calls freely.
 """

@@ -444,7 +444,7 @@ class Driver(DriverHooks):
         """The same global value laid out by ``layout``.
 
         A value that is not a distributed tensor (a NumPy array, a framework tensor, a nested
-        list, a traced value) is placed as :meth:`distribute_tensor` places it (DESIGN §2a, as
+        list, a traced value) is placed as :meth:`distribute_tensor` places it (docs/design.md#data-functions-made-precise, as
         TF's ``dtensor.relayout`` does).
 
         Raises:
@@ -539,7 +539,7 @@ class Driver(DriverHooks):
     def call_with_layout(self, fn: Callable[..., Any], layout: Layout, *args: Any, **kwargs: Any) -> Any:
         """Call a tensor-creating ``fn`` and return its result laid out by ``layout``.
 
-        Inside the framework's compiler (a traced result, DESIGN §2a) the hook's result carries the
+        Inside the framework's compiler (a traced result, docs/design.md#data-functions-made-precise) the hook's result carries the
         layout as the framework's sharding constraint: it gets no record and no host read. Its
         layout is checked where the framework knows it while tracing (``native_fetch_layout``);
         where it does not (``UnsupportedLayoutError(feature="traced")`` from that hook), only the

@@ -32,7 +32,7 @@ in row-major mesh order: ``devices[p]`` holds block ``layout.device_slices(shape
 **What hooks must not do.** Import the framework at module level (import it lazily in
 ``__init__`` or inside the hooks, so ``layoutcore drivers`` can list a driver without its
 framework; name the modules in :attr:`~DriverHooks.requires`); keep the caller's memory writable
-through the result (DESIGN §2a "Whose memory": writes through a distributed value never reach the
+through the result (docs/design.md#data-functions-made-precise "Whose memory": writes through a distributed value never reach the
 caller's input); return a tensor laid out otherwise than asked (the conformance suite reads every
 result's per-device data with the framework's own calls and compares it with the NumPy oracle).
 
@@ -101,10 +101,10 @@ class DriverHooks(abc.ABC):
     #: distributed tensor types, e.g. ``("jaxlib._jax.ArrayImpl",)`` or
     #: ``("torch.distributed.tensor.DTensor",)``. The registry routes a value whose type (or a base
     #: class of it) has one of these names to this driver ("the value chooses the driver",
-    #: DESIGN §2a) without importing any framework; :meth:`is_distributed` then has the last word.
+    #: docs/design.md#data-functions-made-precise) without importing any framework; :meth:`is_distributed` then has the last word.
     native_types: ClassVar[tuple[str, ...]] = ()
     #: What a caller's later writes to its NumPy input do to the result of ``distribute_tensor``
-    #: (DESIGN §2a "Whose memory"; the conformance suite checks the claim, aligned arrays and
+    #: (docs/design.md#data-functions-made-precise "Whose memory"; the conformance suite checks the claim, aligned arrays and
     #: ``np.memmap`` inputs included): ``"snapshot"`` (the default) - the result never changes;
     #: ``"shares"`` - every device's data is a view of the input, so the caller's writes show
     #: through on every device (the NumPy driver's read-only views). Writes *through* a distributed

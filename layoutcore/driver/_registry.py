@@ -208,7 +208,7 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
     driver, or the registered driver that lists the value's type (or a base class of it) in
     :attr:`~layoutcore.Driver.native_types` and whose ``is_distributed`` accepts the value (a plain
     tensor of the same type, e.g. a TF EagerTensor that is no DTensor, is not claimed); then
-    ``LAYOUTCORE_DRIVER``, else NumPy (DESIGN §2a). Types are matched by name: no framework is
+    ``LAYOUTCORE_DRIVER``, else NumPy (docs/design.md#data-functions-made-precise). Types are matched by name: no framework is
     imported.
 
     Raises:

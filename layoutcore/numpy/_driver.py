@@ -34,7 +34,7 @@ __all__ = ["NumpyDriver", "ShardedArray"]
 class ShardedArray(NDArrayOperatorsMixin):
     """The NumPy driver's distributed array: one read-only component per mesh device.
 
-    It computes as SPMD (DESIGN §7, :mod:`layoutcore._spmd`): ufuncs and the arithmetic
+    It computes as SPMD (docs/design.md#spmd, :mod:`layoutcore._spmd`): ufuncs and the arithmetic
     operators (broadcasting, scalars), ``@`` / ``np.matmul``, ``np.einsum``, ``sum`` / ``mean``
     and ``transpose`` / ``.T`` run on each device's own components, with a simulated all-reduce
     over a sharded summed axis; the result's layout is :mod:`layoutcore.propagation`'s and its
@@ -101,7 +101,7 @@ class ShardedArray(NDArrayOperatorsMixin):
     def __repr__(self) -> str:
         return f"ShardedArray(shape={self._shape}, dtype={self._dtype}, layout={self._layout})"
 
-    # -- SPMD operations (H8; the machinery is in _spmd) ---------------------------------------
+    # -- SPMD operations (the machinery is in _spmd) ---------------------------------------
     __hash__ = object.__hash__  # the operator mixin's elementwise __eq__ would drop it
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -285,7 +285,7 @@ class NumpyDriver(Driver):
         return ShardedArray(arrays, layout, global_shape, arrays[0].dtype, devices)
 
     def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
-        """Execute exactly :func:`layoutcore.relayout_plan`'s transfers (H7).
+        """Execute exactly :func:`layoutcore.relayout_plan`'s transfers.
 
         Each device keeps what it already holds of its new block (a view when that is all of it)
         and receives the rest as the plan's rectangles, each through :func:`_send`; devices are

@@ -1,4 +1,4 @@
-"""SPMD execution of the NumPy driver's ``ShardedArray`` operations (DESIGN §7).
+"""SPMD execution of the NumPy driver's ``ShardedArray`` operations (docs/design.md#spmd).
 
 Every device computes on its own components only: for each label of the operation
 (:class:`~layoutcore.propagation.Contraction`), a device works on the block its mesh
@@ -118,7 +118,7 @@ def _all_reduce(partials: Iterable[np.ndarray], mesh_shape: tuple[int, ...], axe
 
 
 def _fresh(array: Any) -> np.ndarray:
-    """A new read-only array: never a view of an input component (DESIGN §2a)."""
+    """A new read-only array: never a view of an input component (docs/design.md#data-functions-made-precise)."""
     out = np.asarray(array)
     if not out.flags.owndata:
         out = out.copy()

@@ -80,7 +80,7 @@ def test_explicit_axis_types_when_asked(mesh32: Mesh) -> None:
 
 
 def test_why_auto_axes_are_the_default(driver: JaxDriver, mesh32: Mesh) -> None:
-    """FACTS §7.1: with Explicit axes, ordinary user code like ``a @ a.T`` on a sharded array fails to
+    """docs/framework-facts.md#jax-axis-types: with Explicit axes, ordinary user code like ``a @ a.T`` on a sharded array fails to
     type-check; with Auto (the driver's default, as jax.sharding.Mesh and keras) the compiler propagates."""
     auto = driver.distribute_tensor(G, Layout(("x", None), mesh32))
     np.testing.assert_allclose(np.asarray(jax.jit(lambda a: a @ a.T)(auto)), G @ G.T)

@@ -1,4 +1,4 @@
-"""Issue 9 on the JAX driver: dtypes JAX cannot hold, big-endian data, and relayouts JAX answers with its input."""
+"""Bad inputs on the JAX driver: dtypes JAX cannot hold, big-endian data, and relayouts JAX answers with its input."""
 
 from __future__ import annotations
 

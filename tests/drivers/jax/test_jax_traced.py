@@ -1,4 +1,4 @@
-"""Traced values: layoutcore's data functions inside ``jax.jit`` (DESIGN §2a).
+"""Traced values: layoutcore's data functions inside ``jax.jit`` (docs/design.md#data-functions-made-precise).
 
 Oracles: JAX's own ``NamedSharding`` of the expected PartitionSpec, per-device data read through
 ``addressable_shards`` against the shard geometry, and the HLO JAX lowers for its own
@@ -115,7 +115,7 @@ def test_explicit_axes_inside_jit_need_a_mesh_and_say_so(mesh42: Mesh) -> None:
 
 @pytest.mark.parametrize("axes", [(None, "model"), ("batch", "model"), (("model", "batch"), None), (None, None)])
 def test_call_with_layout_inside_jit(driver: JaxDriver, mesh42: Mesh, axes: tuple[Any, ...]) -> None:
-    # DESIGN §2a: the driver's hook constrains the traced result (a nested jit with out_shardings); the
+    # docs/design.md#data-functions-made-precise: the driver's hook constrains the traced result (a nested jit with out_shardings); the
     # front-end checks the layout it reads there and hands the tracer back unrecorded.
     layout = Layout(axes, mesh42)
     want = NamedSharding(driver.named_sharding(layout).mesh, PartitionSpec(*axes))

@@ -1,4 +1,4 @@
-"""TF calls that kill the interpreter on bad input (FACTS §5) cannot be reached through layoutcore.
+"""TF calls that kill the interpreter on bad input (docs/framework-facts.md#tf-crash-traps) cannot be reached through layoutcore.
 
 Each request runs twice, in fresh interpreters: through layoutcore, where it must raise a clean
 layoutcore error and the process must go on; and straight through TF, where TF never raises a

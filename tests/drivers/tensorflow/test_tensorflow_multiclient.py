@@ -1,7 +1,7 @@
 """Two DTensor clients on 127.0.0.1, and a lone client whose wait layoutcore bounds.
 
 Every child runs under a hard deadline and is killed with SIGKILL on the way out: a DTensor
-client stuck in its rendezvous ignores SIGTERM (FACTS §9.3).
+client stuck in its rendezvous ignores SIGTERM (docs/framework-facts.md#multi-process).
 """
 
 from __future__ import annotations

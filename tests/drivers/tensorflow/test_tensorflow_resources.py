@@ -1,4 +1,4 @@
-"""Threads, per-mesh tables and whose memory, on the TF driver (issue 8), and its pure protos (issue 9)."""
+"""Threads, per-mesh tables and whose memory, on the TF driver, and its pure protos."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""layoutcore inside ``tf.function`` (DESIGN §2a): relayout, distribute_tensor, call_with_layout and
+"""layoutcore inside ``tf.function`` (docs/design.md#data-functions-made-precise): relayout, distribute_tensor, call_with_layout and
 fetch_layout in graph mode, and a training step over DVariables that matches eager execution."""
 
 from __future__ import annotations

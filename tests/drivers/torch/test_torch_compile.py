@@ -1,4 +1,4 @@
-"""torch.compile (issue 11, DESIGN §2a): layoutcore's calls inside a compiled function raise a typed refusal.
+"""torch.compile (docs/design.md#data-functions-made-precise): layoutcore's calls inside a compiled function raise a typed refusal.
 
 The driver does not declare ``Capability.TRACED``; the conformance suite's traced section checks the same
 with ``fullgraph=True``. Here: torch's default ``torch.compile`` (graph breaks allowed), which users write.

@@ -1,4 +1,4 @@
-"""distribute_module (issue 11, DESIGN §6): parameters, inputs and outputs of an nn.Module laid out by layoutcore.
+"""distribute_module (docs/design.md#trees-and-model-code): parameters, inputs and outputs of an nn.Module laid out by layoutcore.
 
 The oracle is the same torch model run without layoutcore, in this process.
 """

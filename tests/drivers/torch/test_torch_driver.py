@@ -1,7 +1,7 @@
 """The torch driver's own behaviour: placements, conversions, modes, pack/relayout/fetch_layout, Variable.
 
 Expected values come from layoutcore.geometry, from torch's own DTensor calls made directly (an
-independent oracle), or from issue 5 / FACTS.md; never from the driver's output.
+independent oracle), or from the measured framework behaviour (docs/framework-facts.md); never from the driver's output.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def expected_pieces(x: np.ndarray, layout: Layout) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 MESH_XYZ = Mesh((2, 2, 2), ("a", "b", "c"))
 
-PLACEMENTS = [  # (layout axes, mesh, torch placements): issue 5's mapping rules, written out
+PLACEMENTS = [  # (layout axes, mesh, torch placements): the mapping rules, written out
     (("x", None), "32", (Shard(0), Replicate())),
     ((None, "y"), "32", (Replicate(), Shard(1))),
     (("y", "x"), "32", (Shard(1), Shard(0))),
@@ -157,7 +157,7 @@ def test_distribute_matches_geometry_and_torch(driver: TorchDriver, mesh32: Mesh
 
 @pytest.mark.parametrize(
     ("shape", "axes", "sizes"),
-    [  # chunk rule, written out (FACTS F2.3 / DESIGN): ceil-sized blocks, trailing ones may be empty
+    [  # chunk rule, written out (docs/framework-facts.md#uneven-dimensions, docs/design.md#layout): ceil-sized blocks, trailing ones may be empty
         ((5,), ("x",), [2, 2, 2, 2, 1, 1]),
         ((4,), ("x",), [2, 2, 2, 2, 0, 0]),
         ((2,), ("x",), [1, 1, 1, 1, 0, 0]),
@@ -221,7 +221,7 @@ def test_pack_refuses_differing_replicas_that_torch_silently_overwrites(driver: 
     with pytest.raises(lc.LayoutError, match=r"CPU:1") as err:
         lc.pack(pieces, layout, driver=driver)
     assert "CPU:0" in str(err.value)
-    # torch's own run_check accepts it and broadcasts the first rank of each group (FACTS F8.1).
+    # torch's own run_check accepts it and broadcasts the first rank of each group (docs/framework-facts.md#replicas-and-pack).
     with _private.local_tensor_mode(8):
         local = _private.make_local_tensor(dict(enumerate(pieces)))
         native = DTensor.from_local(

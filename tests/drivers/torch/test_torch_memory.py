@@ -1,4 +1,4 @@
-"""Whose memory, training steps, threads and bounded tables on the torch driver (issue 8, DESIGN §2a).
+"""Whose memory, training steps, threads and bounded tables on the torch driver (docs/design.md#data-functions-made-precise).
 
 Oracles: NumPy arithmetic and the same torch model trained without layoutcore.
 """
@@ -189,7 +189,7 @@ def test_distinct_meshes_keep_the_tables_bounded(driver: TorchDriver) -> None:
 
 @pytest.mark.parametrize("view", ["rows_reversed", "both_reversed", "step_minus_two"])
 def test_negative_stride_arrays_are_placed(driver: TorchDriver, view: str) -> None:
-    """torch.from_numpy refuses negative strides; the driver copies such an array once (issue 9)."""
+    """torch.from_numpy refuses negative strides; the driver copies such an array once."""
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     x = {"rows_reversed": base[::-1], "both_reversed": base[::-1, ::-1], "step_minus_two": base[:, ::-2]}[view]
     assert any(s < 0 for s in x.strides)

@@ -1,4 +1,4 @@
-"""distribute_module_parameters: an nn.Module's parameters laid out by a LayoutMap (issue 5, "Embedding")."""
+"""distribute_module_parameters: an nn.Module's parameters laid out by a LayoutMap (embeddings included)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two real gloo processes on 127.0.0.1 (issue 5, "Multi-process"): the driver's real-group mode.
+"""Two real gloo processes on 127.0.0.1: the driver's real-group mode.
 
 Each child runs tests/drivers/torch/mp_torch_worker.py under a hard timeout and is killed with
 SIGKILL on the way out. What each rank holds is checked against layoutcore.geometry.
