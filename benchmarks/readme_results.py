@@ -336,6 +336,11 @@ def _checkpoint_cases() -> tuple[str, ...]:
     return tuple(json.loads(path.read_text("utf-8"))["relayout_cases_bytes_over_floor"]) if path.exists() else ()
 
 
+def _models(d: Data) -> Cell:
+    (r,) = d["rows"]
+    return f"{_ratio(r['ratio'])} ({r['layoutcore_ms']:.0f} / {r['torch_ms']:.0f} ms)", r["ratio"] <= r["target"]
+
+
 _TORCH_PAIRS = (
     ("layoutcore.distribute_tensor", "torch distribute_tensor (user call)"),
     ("layoutcore.distribute_tensor", "torch distribute_tensor (LocalTensor, shared)"),
@@ -534,6 +539,17 @@ TABLES: tuple[Table, ...] = (
                 "`distribute_module` / `parallelize_module`, plain input (each rank copies its block)",
                 "reported",
                 _torch_module("plain tensor input"),
+            ),
+        ),
+    ),
+    Table(
+        "bench_models",
+        (("bench_models.json", "wall time"),),
+        (
+            Row(
+                "Llama forward: `distribute_module` + `from_tp_plan` / `parallelize_module`",
+                lambda d: f"≤ {d['rows'][0]['target']:g}x",
+                _models,
             ),
         ),
     ),
