@@ -135,7 +135,9 @@ def main(argv: list[str]) -> int:
     for name, r in results["explain"].items():
         print(f"explain ({name}, {r['patterns']} patterns): {r['ms']:.3f} ms (target < 1 ms)")
     ins = results["insert_100k"]
-    print(f"insert {ins['patterns']} patterns: {ins['seconds']:.2f} s, +{ins['rss_mib']:.0f} MiB (targets < 9 s, < 148.5 MiB)")
+    print(
+        f"insert {ins['patterns']} patterns: {ins['seconds']:.2f} s, +{ins['rss_mib']:.0f} MiB (targets < 9 s, < 148.5 MiB)"
+    )
     ok = (
         plan_s < 0.5
         and all(r["seconds"] < 2.0 for r in results["relayout_plan"].values())

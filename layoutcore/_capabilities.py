@@ -76,6 +76,9 @@ class Limitation(enum.StrEnum):
     TP_PLAN_STYLE = "tp_plan_style"
     #: A keras ``LayoutMap`` entry or match rule that a layoutcore ``LayoutMap`` cannot carry over.
     KERAS_LAYOUT_MAP = "keras_layout_map"
+    #: A negative zero (``-0.0``) that the framework would store as ``+0.0``: TF 2.21's fully
+    #: replicated float32 ``DVariable`` written with a value whose every element is ``-0.0``.
+    NEGATIVE_ZERO = "negative_zero"
 
 
 #: What ``UnsupportedLayoutError.feature`` holds.

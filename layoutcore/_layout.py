@@ -361,6 +361,7 @@ if TYPE_CHECKING:
 else:
     BoundLayout = Layout
 
+
 def _check_rank(rank: Any, *, minimum: int) -> int:
     return checked_int(rank, "rank", minimum=minimum, maximum=MAX_RANK)
 

@@ -87,7 +87,9 @@ def hook_rows() -> list[tuple[str, str, str, str]]:
         doc = inspect.getdoc(fn) or ""
         required = "required" if getattr(fn, "__isabstractmethod__", False) else "optional"
         parameters = list(inspect.signature(fn).parameters.values())[1:]  # without self
-        signature = "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in parameters) + ")"
+        signature = (
+            "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in parameters) + ")"
+        )
         rows.append((f"{name}{signature}", required, _first_sentence(doc), _raises(doc)))
     return rows
 

@@ -21,9 +21,9 @@ from _support import FULL
 
 import layoutcore
 from layoutcore import Layout, Mesh
+from layoutcore.cli._main import UsageError, main, parse_layout, parse_mesh, parse_shape
 from layoutcore.driver import Capability
 from layoutcore.numpy import NumpyDriver
-from layoutcore.cli._main import UsageError, main, parse_layout, parse_mesh, parse_shape
 
 Grid = tuple[str, list[list[str]]]
 

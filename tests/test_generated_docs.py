@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import generate_docs
 import pytest
 
-import generate_docs
 from layoutcore import UnsupportedLayoutError
 from layoutcore.driver import Capability, Limitation
 

@@ -192,7 +192,13 @@ def test_bad_maps_raise() -> None:
 
 @pytest.mark.parametrize(
     ("spelling", "name", "size"),
-    [("half", "float16", 2), ("float", "float32", 4), ("int", "int32", 4), ("bf16", "bfloat16", 2), ("int4", "int4", 1)],
+    [
+        ("half", "float16", 2),
+        ("float", "float32", 4),
+        ("int", "int32", 4),
+        ("bf16", "bfloat16", 2),
+        ("int4", "int4", 1),
+    ],
 )
 def test_plan_names_dtypes_as_the_dtype_module_does(spelling: str, name: str, size: int) -> None:
     """One normaliser: the plan's dtype names and sizes are layoutcore.driver.dtype_name's and itemsize's."""

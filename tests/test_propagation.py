@@ -83,7 +83,11 @@ def test_matmul_without_a_rule_raises_naming_the_operation(
 ) -> None:
     with pytest.raises(UnsupportedLayoutError) as info:
         matmul(L(*a), L(*b))
-    assert info.value.feature is Limitation.OPERATION and str(info.value).startswith("matmul:") and named in str(info.value)
+    assert (
+        info.value.feature is Limitation.OPERATION
+        and str(info.value).startswith("matmul:")
+        and named in str(info.value)
+    )
 
 
 def test_matmul_summed_axis_may_not_shard_the_output() -> None:

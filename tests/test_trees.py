@@ -23,8 +23,8 @@ from layoutcore import (
     tree_layouts,
     unpack,
 )
-from layoutcore.numpy import ShardedArray
 from layoutcore._trees import flatten_with_paths
+from layoutcore.numpy import ShardedArray
 
 Pair = namedtuple("Pair", ["kernel", "bias"])
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 import layoutcore as lc
-from layoutcore.driver import Capability, Driver
+from layoutcore.driver import Capability, Driver, Limitation
 
 from ._oracle import Case, assert_refused, missing_capabilities, needs_cross_mesh
 from ._strategies import MeshParts, device_budget, layout_specs, shapes_for
@@ -152,6 +153,18 @@ class LayoutcoreModel(RuleBasedStateMachine):
             assert_refused(self.driver, missing, call, f"{what} {case}")
         return bool(missing)
 
+    def _negative_zero_refused(self, case: Case, x: np.ndarray, call: Any, what: str) -> bool:
+        """Whether the driver declares ``Limitation.NEGATIVE_ZERO`` and ``x`` is what it refuses (a
+        float32 write of all ``-0.0`` into a fully replicated variable); if so, checks the typed refusal."""
+        if Limitation.NEGATIVE_ZERO not in self.driver.limitations or np.dtype(x.dtype) != np.float32:
+            return False
+        if not case.layout().is_fully_replicated() or x.size == 0 or not np.all((x == 0) & np.signbit(x)):
+            return False
+        with pytest.raises(lc.UnsupportedLayoutError) as caught:
+            call()
+        assert caught.value.feature is Limitation.NEGATIVE_ZERO, f"{what} {case}: {caught.value!r}"
+        return True
+
     # -- rules -----------------------------------------------------------------------------------
     @rule(data=st.data(), native=st.booleans(), seed=st.integers(0, 2**16))
     def distribute(self, data: st.DataObject, native: bool, seed: int) -> None:
@@ -209,12 +222,16 @@ class LayoutcoreModel(RuleBasedStateMachine):
         tensors = self._tensors()
         if from_tensor and tensors:
             source = data.draw(st.sampled_from(tensors), label="source")
+            if self._negative_zero_refused(source.case, source.expected, lambda: lc.Variable(source.obj), "Variable"):
+                return
             variable = lc.Variable(source.obj)  # keeps the tensor's layout; must own its storage
             self._hold(variable, source.case, source.expected, f"Variable(#{source.number})", variable=True)
             return
         case = data.draw(pooled_cases(self.dtypes), label="case")
         x = self._values(case, seed)
         if self._refused(case, lambda: lc.Variable(x, case.layout()), "Variable"):
+            return
+        if self._negative_zero_refused(case, x, lambda: lc.Variable(x, case.layout()), "Variable"):
             return
         self._hold(lc.Variable(x, case.layout()), case, x, "Variable(NumPy)", variable=True)
 
@@ -227,12 +244,17 @@ class LayoutcoreModel(RuleBasedStateMachine):
         same = [h for h in same if h.case.shape == case.shape]
         if kind == "distributed" and same:
             source = data.draw(st.sampled_from(same), label="source")
+            if self._negative_zero_refused(case, source.expected, lambda: target.obj.assign(source.obj), "assign"):
+                return
             target.obj.assign(source.obj)
             target.expected = source.expected.copy()
             target.history.append(f"assign(#{source.number})")
         else:
             x = self._values(case, seed)
-            target.obj.assign(self.adapter.from_numpy(x) if kind == "framework" else x)
+            value = self.adapter.from_numpy(x) if kind == "framework" else x
+            if self._negative_zero_refused(case, x, lambda: target.obj.assign(value), "assign"):
+                return
+            target.obj.assign(value)
             target.expected = x
             target.history.append(f"assign({kind})")
         assert_device_bits(self.adapter, target.tensor(), target.expected, case, f"#{target.number} after assign")

@@ -86,6 +86,9 @@ class TensorFlowDriver(Driver):
 
     name = "tensorflow"
     capabilities = frozenset({Capability.RELAYOUT_ACROSS_MESHES, Capability.TRACED})
+    #: A fully replicated float32 ``DVariable`` stores an all ``-0.0`` value as ``+0.0``: such a
+    #: write is refused instead (:meth:`_refuse_negative_zero`).
+    limitations = frozenset({Limitation.NEGATIVE_ZERO})
     #: ``distribute_tensor``/``pack`` copy the NumPy buffers TF would alias (see :func:`_owned`).
     input_aliasing = "snapshot"
     #: A DTensor is an ``EagerTensor`` on DTensor's custom device (a plain eager tensor has the same
@@ -513,6 +516,8 @@ class TensorFlowDriver(Driver):
         """A ``dtensor.DVariable``; of a uint8 view for float8, whose DVariable reads fail in DTensor's
         SPMD expansion (float8_e5m2 on TF 2.21: "Unrecognized DataType enum value")."""
         bits = value.dtype in self._float8
+        if not bits:
+            self._refuse_negative_zero(value, "Variable")
         variable = self._dtensor.DVariable(self._viewed(value, np.uint8) if bits else value)
         variable._layoutcore_dtype = value.dtype.as_numpy_dtype if bits else None  # the dtype it holds
         return self._text.carry(variable, value)
@@ -528,7 +533,38 @@ class TensorFlowDriver(Driver):
     def variable_assign(self, handle: Any, value: Any) -> None:
         if getattr(handle, "_layoutcore_dtype", None) is not None:
             value = self._viewed(value, np.uint8)
+        else:
+            self._refuse_negative_zero(value, "Variable.assign")
         handle.assign(value)
+
+    def _refuse_negative_zero(self, value: Any, what: str) -> None:
+        """Refuse a float32 DTensor whose every element is ``-0.0``, on a fully replicated layout.
+
+        TF 2.21's ``DVariable`` stores such a value (a ``-0.0`` splat) as ``+0.0``, at creation and on
+        ``assign``; measured: any other float32 value, any sharded layout, and the other float and
+        complex dtypes keep every bit. Read from this client's components.
+
+        Raises:
+            UnsupportedLayoutError: (feature ``Limitation.NEGATIVE_ZERO``) the value is such a splat.
+        """
+        if np.dtype(value.dtype.as_numpy_dtype) != np.float32:
+            return
+        layout = self._dtensor.fetch_layout(value)
+        if any(spec != "unsharded" for spec in layout.sharding_specs):
+            return
+        parts = [np.asarray(component.numpy()) for component in self._dtensor.unpack(value)]
+        if parts and parts[0].size and all(bool(np.all((p == 0) & np.signbit(p))) for p in parts):
+            raise UnsupportedLayoutError(
+                f"{what}: every element is -0.0, which a fully replicated TF DTensor DVariable stores "
+                "as +0.0 (TF 2.21); refused instead of changing the sign. Write +0.0, or use a sharded layout.",
+                driver=self.name,
+                feature=Limitation.NEGATIVE_ZERO,
+            )
+
+    def component_to_numpy(self, component: Any) -> np.ndarray:
+        """``component.numpy()`` for a TF tensor (``np.asarray`` fails on a rank-0 bfloat16 one)."""
+        read = getattr(component, "numpy", None)
+        return np.asarray(read() if callable(read) else component)
 
     def _viewed(self, tensor: Any, dtype: Any) -> Any:
         """``tensor`` (a DTensor) with each of this client's components' bits viewed as ``dtype`` (same

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from .._capabilities import Capability
+from .._capabilities import Capability, Limitation
 from .._dtypes import ALL_DTYPES
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
@@ -92,6 +92,11 @@ class DriverHooks(abc.ABC):
     #: ``UnsupportedLayoutError(feature=capability)`` before any hook runs, and the
     #: conformance suite checks exactly that.
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    #: Refusals beyond capabilities and dtypes that the driver makes on purpose, each a
+    #: :class:`~layoutcore.driver.Limitation` whose member docstring says when (e.g. TF's
+    #: ``NEGATIVE_ZERO``: a ``-0.0`` written into a variable with replicas). The conformance suite
+    #: expects exactly these refusals, typed, and the data everywhere else.
+    limitations: ClassVar[frozenset[Limitation]] = frozenset()
     #: Top-level modules that must be importable for the driver to work (checked with
     #: ``importlib.util.find_spec`` before the driver is created; nothing is imported).
     requires: ClassVar[tuple[str, ...]] = ()

@@ -199,3 +199,38 @@ def test_two_clients_move_every_bit_across_clients() -> None:
             if proc.poll() is None:
                 proc.kill()  # SIGKILL: a DTensor client stuck in its rendezvous ignores SIGTERM
                 proc.communicate()
+
+
+def test_all_negative_zero_float32_replicated_variable_is_refused_typed() -> None:
+    """TF 2.21 stores a fully replicated float32 DVariable written with all -0.0 as +0.0: refused."""
+    import layoutcore as lc
+    from layoutcore.driver import Limitation
+
+    mesh = lc.create_mesh([("x", 2), ("y", 2)])
+    zeros = np.full((4, 2), -0.0, np.float32)
+    with pytest.raises(lc.UnsupportedLayoutError) as caught:
+        lc.Variable(zeros, lc.Layout([None, None], mesh), driver="tensorflow")
+    assert caught.value.feature is Limitation.NEGATIVE_ZERO
+    kept = lc.Variable(np.full((4, 2), 1.0, np.float32), lc.Layout([None, None], mesh), driver="tensorflow")
+    with pytest.raises(lc.UnsupportedLayoutError):
+        kept.assign(zeros)
+    assert (lc.to_numpy(kept.value) == 1.0).all()  # the refused write left the variable as it was
+    # A sharded layout, or a value that is not all -0.0, keeps every sign bit.
+    sharded = lc.Variable(zeros, lc.Layout(["x", None], mesh), driver="tensorflow")
+    assert np.signbit(lc.to_numpy(sharded.value)).all()
+    mixed = np.array([[-0.0, 1.0]] * 4, np.float32)
+    replicated = lc.Variable(mixed, lc.Layout([None, None], mesh), driver="tensorflow")
+    assert np.array_equal(np.signbit(lc.to_numpy(replicated.value)), np.signbit(mixed))
+
+
+def test_rank0_bfloat16_components_pack() -> None:
+    import ml_dtypes
+
+    import layoutcore as lc
+
+    mesh = lc.create_mesh([("x", 2)])
+    x = np.array(1.5, ml_dtypes.bfloat16)
+    t = lc.distribute_tensor(x, lc.Layout([], mesh), driver="tensorflow")
+    again = lc.pack(lc.unpack(t), lc.Layout([], mesh), driver="tensorflow")
+    got = lc.to_numpy(again)
+    assert got.dtype == x.dtype and got.view(np.uint16) == x.view(np.uint16)
