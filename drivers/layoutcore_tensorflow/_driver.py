@@ -547,8 +547,8 @@ class TensorFlowDriver(Driver):
         Raises:
             UnsupportedLayoutError: (feature ``Limitation.NEGATIVE_ZERO``) the value is such a splat.
         """
-        if np.dtype(value.dtype.as_numpy_dtype) != np.float32:
-            return
+        if np.dtype(value.dtype.as_numpy_dtype) != np.float32 or not isinstance(value, self._eager_tensor):
+            return  # a graph tensor (inside tf.function) has no values to read
         layout = self._dtensor.fetch_layout(value)
         if any(spec != "unsharded" for spec in layout.sharding_specs):
             return
