@@ -273,6 +273,17 @@ class TorchDriver(Driver):
                     shape=tensor.shape,
                     stride=tensor.stride(),
                 )
+            if _shares_storage(moved.to_local(), tensor.to_local()):
+                # Where no data moves (e.g. Replicate -> Shard on a 1-device mesh) torch hands back a view
+                # of the source's block: an in-place update of one would change the other.
+                moved = self._DTensor.from_local(
+                    moved.to_local().clone(),
+                    device_mesh,
+                    placements,
+                    run_check=False,
+                    shape=moved.shape,
+                    stride=moved.stride(),
+                )
             return moved
 
     def native_fetch_layout(self, tensor: Any) -> Layout:
@@ -404,3 +415,16 @@ class TorchDriver(Driver):
             )
         (local,) = shards.values()
         return self._DTensor.from_local(local, device_mesh, placements, run_check=False, shape=size, stride=stride)
+
+
+def _shares_storage(a: Any, b: Any) -> bool:
+    """Whether two local blocks (plain tensors, or LocalTensors of one tensor per simulated rank) share
+    memory on any rank."""
+    if _private.is_local_tensor(a) and _private.is_local_tensor(b):
+        ours, theirs = _private.local_tensors(a), _private.local_tensors(b)
+        return any(_shares_storage(t, theirs[r]) for r, t in ours.items() if r in theirs)
+    if _private.is_local_tensor(a) or _private.is_local_tensor(b):
+        return False
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    return bool(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())

@@ -524,3 +524,16 @@ def test_torchrun_environment_without_a_group_warns_before_simulating() -> None:
     assert out["backend"] == "fake"
     [message] = out["warnings"]  # type: ignore[misc]
     assert "rank 1 of 2" in message and "init_process_group" in message
+
+
+def test_relayout_that_moves_no_data_owns_its_storage() -> None:
+    """Replicate -> Shard on a 1-device mesh is a view in torch: the result must not see the source's writes."""
+    from layoutcore_torch import spmd
+
+    mesh = lc.Mesh((1,), ("y",))
+    source = lc.copy_to_mesh(np.array([127, 5], np.int8), lc.Layout([None], mesh), driver="torch")
+    moved = lc.relayout(source, lc.Layout(["y"], mesh), driver="torch")
+    with spmd(mesh):
+        source.add_(1)
+    assert lc.to_numpy(moved).tolist() == [127, 5]
+    assert lc.to_numpy(source).tolist() == [-128, 6]
