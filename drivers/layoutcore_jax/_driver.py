@@ -347,11 +347,13 @@ class JaxDriver(Driver):
         if self.is_traced(tensor):
             # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
-        if tensor.dtype.name == "bfloat16":
+        if tensor.dtype.name in _QUIETED_FLOATS:
             # XLA's CPU collectives turn every bfloat16 NaN into the one quiet NaN (0x7fc1 -> 0x7fc0;
-            # measured, jax 0.10.2): the bits move as uint16 (an elementwise view keeps the sharding).
+            # measured, jax 0.10.2), and its ppermute does the same to float8_e5m2 (0x7e -> 0x7f): the
+            # bits of these small floats move as same-width unsigned ints (an elementwise view keeps the sharding).
             bitcast = self._jax.lax.bitcast_convert_type
-            moved = self.native_relayout(_array(bitcast(tensor, np.uint16)), layout, devices)
+            carrier = np.dtype(f"uint{8 * tensor.dtype.itemsize}")
+            moved = self.native_relayout(_array(bitcast(tensor, carrier)), layout, devices)
             return _array(bitcast(moved, tensor.dtype))
         sharding = self._sharding(layout, devices)
         planned = _relayout.relayout_at_floor(self, tensor, layout, devices, sharding)
@@ -526,3 +528,7 @@ class JaxDriver(Driver):
 
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"
+
+
+#: Floats whose NaN payloads XLA's CPU collectives may rewrite: relaid out as same-width unsigned ints.
+_QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
