@@ -347,6 +347,11 @@ class JaxDriver(Driver):
         if self.is_traced(tensor):
             # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
+        if tensor.size == 0:
+            # Nothing to move, and XLA's programs (the bit views below, the floor plan's shard_map, even
+            # device_put between meshes) hand a zero-size result back replicated or refuse its shard
+            # shapes (measured, jax 0.10.2): the empty target is made directly on the target sharding.
+            return _array(self._jax.device_put(np.zeros(tensor.shape, tensor.dtype), self._sharding(layout, devices)))
         if tensor.dtype.name in _QUIETED_FLOATS:
             # XLA's CPU collectives turn every bfloat16 NaN into the one quiet NaN (0x7fc1 -> 0x7fc0;
             # measured, jax 0.10.2), and its ppermute does the same to float8_e5m2 (0x7e -> 0x7f): the

@@ -96,6 +96,23 @@ def test_dtypes_move_as_bits(driver: JaxDriver, case: str, dtype: str) -> None:
     check_shards(out, x, target)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "bool", "float32"])
+@pytest.mark.parametrize("shape", [(0, 0), (8, 0), (0, 16)])
+@pytest.mark.parametrize("case", ["x -> None", "None -> x", "(x,y) -> (y,x)", "cross-mesh 4x2 -> 8", "superset 2x2 -> 4x2"])
+def test_zero_size_arrays_take_the_target_layout(driver: JaxDriver, case: str, shape: tuple[int, ...], dtype: str) -> None:
+    """An empty array moves nothing, and still reads back with the target layout (XLA's bit views and
+    shard_map hand an empty result back replicated; the model-based test found it)."""
+    source, target, _, _ = CASES[case]
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    tensor = lc.distribute_tensor(np.zeros(shape, np_dtype), source, driver=driver)
+    with CollectiveBytes() as counted:
+        out = lc.relayout(tensor, target, driver=driver)
+    assert counted.moved == 0
+    assert (out.shape, out.dtype) == (shape, np_dtype)
+    assert lc.fetch_layout(out, driver=driver) == target
+    assert out.sharding.is_equivalent_to(driver.named_sharding(target), len(shape))
+
+
 def test_jax_moves_more_than_the_floor_where_the_plan_runs(driver: JaxDriver) -> None:
     """The driver's choice reads JAX's compiled move: more than the floor for (x,y) -> (y,x), the floor for S0 -> S1."""
     for case, more in (("(x,y) -> (y,x)", True), ("(x,y) -> (None,(x,y))", True), ("S0 -> S1", False)):
