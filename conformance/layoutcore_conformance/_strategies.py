@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
@@ -17,8 +18,18 @@ from hypothesis import strategies as st
 import layoutcore as lc
 
 from ._oracle import Case, Entry
+from .adapter import load_adapter
 
-__all__ = ["MAX_DEVICES", "cases", "device_budget", "layout_specs", "mesh_parts", "other_layouts", "shapes_for"]
+__all__ = [
+    "MAX_DEVICES",
+    "cases",
+    "device_budget",
+    "layout_specs",
+    "mesh_parts",
+    "other_layouts",
+    "random_mesh_pool",
+    "shapes_for",
+]
 
 #: The largest mesh the property tests draw (the contract's "at most 8 devices").
 MAX_DEVICES = 8
@@ -41,8 +52,17 @@ def _devices(driver_name: str) -> tuple[str, ...]:
 
 @st.composite
 def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
-    """``(shape, axis_names, devices, name)`` of a random mesh of rank 1..3 and at most ``max_devices``."""
+    """``(shape, axis_names, devices, name)`` of a random mesh of rank 1..3 and at most ``max_devices``.
+
+    Where the active driver's adapter sets ``max_random_meshes``, the mesh comes from
+    :func:`random_mesh_pool` instead, so that one process never makes more distinct meshes than that.
+    """
     budget = max_devices if max_devices is not None else device_budget()
+    driver_name = lc.active_driver_name()
+    limit = _adapter_mesh_limit(driver_name)
+    if limit is not None:
+        pool = [parts for parts in random_mesh_pool(driver_name, device_budget(), limit) if math.prod(parts[0]) <= budget]
+        return draw(st.sampled_from(pool))
     rank = draw(st.integers(1, 3))
     shape: list[int] = []
     for _ in range(rank):
@@ -53,9 +73,35 @@ def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
     # A concrete mesh names the driver's first devices, in order: every framework can build it
     # (torch's simulated ranks need a regular grid), and its fetch_layout must keep the names.
     concrete = draw(st.booleans())
-    devices = _devices(lc.active_driver_name())[:size] if concrete else None
+    devices = _devices(driver_name)[:size] if concrete else None
     name = draw(st.sampled_from(["", "mesh1"]))
     return tuple(shape), names, devices, name
+
+
+@functools.lru_cache(maxsize=8)
+def random_mesh_pool(driver_name: str, budget: int, size: int) -> tuple[MeshParts, ...]:
+    """``size`` distinct meshes drawn as :func:`mesh_parts` draws them (rank uniform in 1..3, each
+    axis uniform in what the budget leaves, random axis names, abstract or concrete, named or not),
+    the same in every run.
+
+    For frameworks that keep resources per distinct mesh until the process ends (TF DTensor: a
+    thread pool per mesh, capped at 256 by layoutcore's TF driver).
+    """
+    rng = random.Random(f"layoutcore-conformance-meshes-{budget}")  # the same pool in every run
+    pool: dict[MeshParts, None] = {}
+    while len(pool) < size:
+        shape: list[int] = []
+        for _ in range(rng.randint(1, 3)):
+            shape.append(rng.randint(1, max(1, budget // math.prod(shape))))
+        names = tuple(rng.sample(AXIS_POOL, len(shape)))
+        devices = _devices(driver_name)[: math.prod(shape)] if rng.random() < 0.5 else None
+        pool[(tuple(shape), names, devices, rng.choice(["", "mesh1"]))] = None
+    return tuple(pool)
+
+
+@functools.lru_cache(maxsize=8)
+def _adapter_mesh_limit(driver_name: str) -> int | None:
+    return load_adapter(lc.get_driver(driver_name)).max_random_meshes
 
 
 @st.composite
@@ -78,8 +124,13 @@ def layout_specs(draw: st.DrawFn, axis_names: Sequence[str], rank: int) -> tuple
 
 @st.composite
 def shapes_for(draw: st.DrawFn, blocks: Sequence[int]) -> tuple[int, ...]:
-    """A shape with, per tensor axis, a size in ``0 .. 2*blocks+1`` (capped): even, uneven and empty."""
-    return tuple(draw(st.integers(0, min(12, 2 * n + 1))) for n in blocks)
+    """A shape with, per tensor axis, a size in ``0 .. 2*blocks+1`` (capped at 12), or half the time
+    ``blocks`` or ``2*blocks``: even, uneven and empty. The even sizes are drawn on purpose: drivers
+    that refuse uneven sharding (TF, JAX's S0 -> S1) check data only on them."""
+    return tuple(
+        draw(st.one_of(st.integers(0, min(12, 2 * n + 1)), st.sampled_from([n, 2 * n] if n > 1 else [1, 2])))
+        for n in blocks
+    )
 
 
 @st.composite

@@ -44,6 +44,7 @@ class ConformanceAdapter:
     Optional:
         :meth:`from_numpy` (default: identity), :meth:`ones_fn` (default ``np.ones``),
         :attr:`dtypes` (the NumPy dtype names the property tests draw from),
+        :attr:`max_random_meshes` (a per-process cap on the distinct meshes they draw),
         :meth:`identity_op`, :meth:`subtract`, :meth:`subtract_inplace`, :meth:`add_inplace` and
         :meth:`compile` (the framework's own operations and compiler); :meth:`relayout_bytes` (bytes
         a relayout moves, for ``Capability.RELAYOUT_AT_FLOOR``); :meth:`matmul`, :meth:`einsum`,
@@ -74,6 +75,11 @@ class ConformanceAdapter:
             "complex128",
         ]
     )
+
+    #: At most this many distinct random meshes in one process (``None``: no limit). Set it where
+    #: the framework keeps resources per mesh until the process ends; the property tests then draw
+    #: their meshes from a fixed pool of this size (``_strategies.random_mesh_pool``).
+    max_random_meshes: int | None = None
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver

@@ -55,7 +55,7 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
         )
         for i in (0, 1)
     ]
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 420
     outputs = []
     try:
         for p in procs:
@@ -73,7 +73,8 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
     results = []
     for rc, out, err in outputs:
         assert rc == 0, f"{framework} worker failed (rc {rc}):\n{out[-2000:]}\n{err[-4000:]}"
-        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+        assert line is not None, f"{framework} worker printed no RESULT:\n{out[-2000:]}\n{err[-4000:]}"
         results.append(json.loads(line[len("RESULT ") :]))
     return results
 
