@@ -61,7 +61,9 @@ def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
     driver_name = lc.active_driver_name()
     limit = _adapter_mesh_limit(driver_name)
     if limit is not None:
-        pool = [parts for parts in random_mesh_pool(driver_name, device_budget(), limit) if math.prod(parts[0]) <= budget]
+        pool = [
+            parts for parts in random_mesh_pool(driver_name, device_budget(), limit) if math.prod(parts[0]) <= budget
+        ]
         return draw(st.sampled_from(pool))
     rank = draw(st.integers(1, 3))
     shape: list[int] = []

@@ -98,8 +98,12 @@ def test_dtypes_move_as_bits(driver: JaxDriver, case: str, dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "bool", "float32"])
 @pytest.mark.parametrize("shape", [(0, 0), (8, 0), (0, 16)])
-@pytest.mark.parametrize("case", ["x -> None", "None -> x", "(x,y) -> (y,x)", "cross-mesh 4x2 -> 8", "superset 2x2 -> 4x2"])
-def test_zero_size_arrays_take_the_target_layout(driver: JaxDriver, case: str, shape: tuple[int, ...], dtype: str) -> None:
+@pytest.mark.parametrize(
+    "case", ["x -> None", "None -> x", "(x,y) -> (y,x)", "cross-mesh 4x2 -> 8", "superset 2x2 -> 4x2"]
+)
+def test_zero_size_arrays_take_the_target_layout(
+    driver: JaxDriver, case: str, shape: tuple[int, ...], dtype: str
+) -> None:
     """An empty array moves nothing, and still reads back with the target layout (XLA's bit views and
     shard_map hand an empty result back replicated; the model-based test found it)."""
     source, target, _, _ = CASES[case]
