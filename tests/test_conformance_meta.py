@@ -258,7 +258,12 @@ def test_uneven_claimed_but_misplaced_fails(tmp_path: Path) -> None:
     assert {f for f in run.failed_functions() if not f.startswith(random_cases)} <= {
         "test_capabilities::test_capability_gate"
     }, sorted(run.failed_functions())
-    assert "test_properties::test_device_data_matches_oracle" in run.failed
+    # The per-device data checks see it (NumPy input or framework input: which of the two draws an
+    # uneven case first within the smoke budget depends on the draws).
+    assert {
+        "test_properties::test_device_data_matches_oracle",
+        "test_properties::test_framework_input_matches_oracle",
+    } & run.failed, sorted(run.failed)
 
 
 def test_placement_hidden_by_the_drivers_own_api_fails(tmp_path: Path) -> None:
