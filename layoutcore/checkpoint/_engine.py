@@ -2,18 +2,27 @@
 
 Found from the driver of the tensors being saved, without importing a framework that is not
 loaded already: JAX (``jax.distributed``: ``process_index``/``process_count``, barrier
-``multihost_utils.sync_global_devices``) and torch (a real ``torch.distributed`` group, not
-layoutcore's single-process simulation: ``get_rank``/``get_world_size``/``barrier``). Every other
-case (NumPy, TF in one client, a single process) is one process; a multi-client TF save is
-refused with ``CheckpointError`` (its clients' commits are not coordinated yet).
+``multihost_utils.sync_global_devices``), torch (a real ``torch.distributed`` group, not
+layoutcore's single-process simulation: ``get_rank``/``get_world_size``/``barrier``) and TF
+DTensor multi-client (``dtensor.client_id``/``num_clients``; the barrier is a DTensor all-gather
+over a mesh of every client's devices, see :class:`_TFBarrier`). Every other case (NumPy, TF in
+one client, a single process) is one process.
+
+A TF barrier is bounded in time: a dead client is reported by TF's coordination service (its
+heartbeats stop; about 10 s measured), a hung one by the barrier's timeout,
+``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` seconds (default 300). Either way the save raises
+``CheckpointError`` and commits nothing.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
+from .._config import ConfigurationError
 from .._errors import CheckpointError
 
 __all__ = ["Engine", "engine_for"]
@@ -48,6 +57,11 @@ class Engine:
 
 SINGLE = Engine("single", 0, 1)
 
+#: Environment variable: seconds a TF multi-client checkpoint barrier waits for the other clients.
+BARRIER_TIMEOUT_ENV = "LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"
+#: Seconds a TF multi-client barrier waits when :data:`BARRIER_TIMEOUT_ENV` is unset.
+DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
 
 def engine_for(driver_name: str | None) -> Engine:
     """The engine of ``driver_name``'s framework, or one process."""
@@ -71,10 +85,80 @@ def engine_for(driver_name: str | None) -> Engine:
         from tensorflow.experimental import dtensor
 
         if dtensor.num_clients() > 1:
-            # each client would commit its own part: refuse rather than leave a partial checkpoint
-            raise CheckpointError(
-                f"checkpoint.save from {dtensor.num_clients()} TF DTensor clients is not supported yet: the "
-                "clients' writes are not coordinated. Save from a single client, or from JAX or torch processes.",
-                path="",
-            )
+            return Engine("tensorflow", dtensor.client_id(), dtensor.num_clients(), _TFBarrier(_barrier_timeout()))
     return SINGLE
+
+
+def _barrier_timeout() -> float:
+    raw = os.environ.get(BARRIER_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_BARRIER_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ConfigurationError(
+            f"{BARRIER_TIMEOUT_ENV} must be a positive number of seconds. Received: {raw!r}", value=raw
+        )
+    return value
+
+
+class _TFBarrier:
+    """A barrier of every DTensor client, made of DTensor's own collectives, bounded in time.
+
+    Each client packs its devices' blocks of ``arange(n)`` (int32, sharded over a 1-D mesh of
+    all ``n`` devices of the cluster, so every client contributes), relayouts it to replicated
+    (DTensor's all-gather, which completes only once every client has sent its blocks) and
+    reads it back with ``.numpy()``, checking it equals ``arange(n)``. TF's collectives may wait
+    for a hung peer forever, so the wait runs in a daemon thread (``.numpy()`` waits with the GIL
+    released) and the caller gives up after ``timeout_s`` seconds: the barrier then raises, the
+    thread stays blocked in TF, and this client's DTensor runtime is unusable (end the process).
+    """
+
+    def __init__(self, timeout_s: float, check: Any = None) -> None:
+        self.timeout_s = timeout_s
+        self._check = check or _tf_all_gather_check  # the collective (a stand-in in tests)
+
+    def __call__(self, tag: str) -> None:
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._check()
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"layoutcore-barrier-{tag}", daemon=True).start()
+        if not done.wait(self.timeout_s):
+            raise TimeoutError(
+                f"the other DTensor clients did not reach it within {self.timeout_s:g} s ({BARRIER_TIMEOUT_ENV}); "
+                "this client's DTensor collectives stay blocked, so end the process"
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
+
+
+def _tf_all_gather_check() -> None:
+    import numpy as np
+
+    from .._layout import Layout
+    from .._mesh import Mesh
+    from ..driver._registry import get_driver
+
+    drv = get_driver("tensorflow")
+    n = len(drv.list_devices())
+    mesh = Mesh((n,), ("clients",))  # abstract: binds to every client's devices, in global order
+    layout = Layout(("clients",), mesh)
+    positions = drv.local_positions(mesh, drv.bind_mesh(mesh))
+    packed = drv.pack([np.array([p], dtype=np.int32) for p in positions], layout, global_shape=(n,))
+    gathered = drv.relayout(packed, Layout.replicated(mesh, 1))
+    # ``.numpy()`` of the replicated DTensor waits with the GIL released (``dtensor.unpack`` would
+    # hold it while waiting, and the caller's timeout could never fire)
+    got = np.asarray(gathered.numpy())
+    if not np.array_equal(got, np.arange(n, dtype=np.int32)):
+        raise RuntimeError(f"DTensor barrier gathered {got.tolist()}, expected 0..{n - 1}")

@@ -14,10 +14,13 @@ def oracle(name: str) -> np.ndarray:
     return rng.standard_normal(SHAPES[name]).astype(np.float32)
 
 
-def targets(n: int) -> tuple[dict[str, Layout], dict[str, Layout]]:
-    """Declared and undeclared targets on an ``n``-device mesh of another shape than ``(n,)``."""
+def targets(n: int, *, multi_axis: bool = True) -> tuple[dict[str, Layout], dict[str, Layout]]:
+    """Declared and undeclared targets on an ``n``-device mesh of another shape than ``(n,)``.
+
+    Without ``multi_axis`` (TF DTensor shards a dimension over one mesh axis only) the columns
+    go over ``b`` alone."""
     mesh = Mesh((2, n // 2), ("a", "b")) if n > 2 else Mesh((1, 2), ("a", "b"))
-    cols = Layout((None, ("a", "b")), mesh)
+    cols = Layout((None, ("a", "b")), mesh) if multi_axis else Layout((None, "b"), mesh)
     declared = {"w": cols, "u": Layout(("a", "b"), mesh), "r": Layout(("b", None), mesh)}
     undeclared = {"w": Layout(("b", None), mesh), "u": cols, "r": Layout((None, "a"), mesh)}
     return declared, undeclared

@@ -2,8 +2,9 @@
 
 Usage: python _mp_worker.py FRAMEWORK PROCESS_ID PORT ROOT
 
-FRAMEWORK is ``jax`` (jax.distributed, 4 CPU devices per process) or ``torch`` (a gloo group,
-one device per rank). Both processes save ``ROOT/two`` together, then load it under another
+FRAMEWORK is ``jax`` (jax.distributed, 4 CPU devices per process), ``torch`` (a gloo group,
+one device per rank) or ``tensorflow`` (two DTensor clients, 2 logical CPUs each; PORT is then
+``PORT0,PORT1``, one per client). Both processes save ``ROOT/two`` together, then load it under another
 mesh shape, and load ``ROOT/one`` (saved by one process beforehand), each time with the files
 evicted from the page cache and the bytes this process read measured by the kernel
 (``/proc/self/io``), next to what ``read_plan`` predicted for this process's devices.
@@ -21,12 +22,17 @@ from typing import Any
 
 import numpy as np
 
-framework, process_id, port, root = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+framework, process_id, port, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 
 if framework == "jax":
     import layoutcore_jax
 
     layoutcore_jax.initialize_distributed(f"127.0.0.1:{port}", 2, process_id, timeout_s=180, local_device_count=4)
+elif framework == "tensorflow":
+    import layoutcore_tensorflow
+
+    jobs = [f"localhost:{p}" for p in port.split(",")]
+    layoutcore_tensorflow.initialize_multi_client(process_id, jobs, num_cpu_devices=2, timeout=180)
 else:
     import torch.distributed as dist
 
@@ -96,7 +102,7 @@ tree = {
     "u": lc.distribute_tensor(oracle("u"), Layout(("x", None), save_mesh), driver=framework),
     "r": lc.distribute_tensor(oracle("r"), Layout((None, None), save_mesh), driver=framework),
 }
-declared, undeclared = targets(n)
+declared, undeclared = targets(n, multi_axis=framework != "tensorflow")
 checkpoint.save(root / "two", tree, read_layouts={"w": declared["w"]})
 # One load before measuring: the first one imports modules lazily and compiles JAX programs, and
 # reading those files would count in rchar next to the checkpoint's bytes.
@@ -113,6 +119,11 @@ if framework == "jax":
     import jax
 
     jax.distributed.shutdown()
+elif framework == "tensorflow":
+    from layoutcore.checkpoint._engine import engine_for
+
+    # the first client hosts the cluster's coordination service: leave together
+    engine_for("tensorflow").barrier("worker:end")
 else:
     dist.barrier()
     dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""Two processes on each framework's own engine (JAX jax.distributed, torch gloo).
+"""Two processes on each framework's own engine (JAX jax.distributed, torch gloo, two TF DTensor clients).
 
 Both save one checkpoint together (each its own blocks, the commit after a barrier), then each
 loads it under another mesh shape reading only its devices' byte ranges, measured by the kernel
@@ -29,25 +29,37 @@ from _mp_common import oracle, targets
 from test_matrix import _python
 
 WORKER = Path(__file__).with_name("_mp_worker.py")
-DEVICES = {"jax": 8, "torch": 2}
+DEVICES = {"jax": 8, "torch": 2, "tensorflow": 4}
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
     python = _python(framework)
     if python is None:
         pytest.skip(f"no interpreter with {framework} installed")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
+    # a DTensor cluster listens on one port per client
+    port = ",".join(map(str, _free_ports(2))) if framework == "tensorflow" else str(_free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS", "DTENSOR_"))}
     env["JAX_PLATFORMS"] = "cpu"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     procs = [
         subprocess.Popen(
-            [python, str(WORKER), framework, str(i), str(port), str(root)],
+            [python, str(WORKER), framework, str(i), port, str(root)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -79,10 +91,10 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
     return results
 
 
-@pytest.mark.parametrize("framework", ["jax", "torch"])
+@pytest.mark.parametrize("framework", ["jax", "torch", "tensorflow"])
 def test_two_processes_save_and_load_reading_only_their_bytes(framework: str, tmp_path: Path) -> None:
     n = DEVICES[framework]
-    declared, _ = targets(n)
+    declared, _ = targets(n, multi_axis=framework != "tensorflow")
     one_mesh = Mesh((8,), ("x",))
     checkpoint.save(  # saved by one process (this one, NumPy driver, 8 devices)
         tmp_path / "one",
@@ -112,16 +124,26 @@ def test_two_processes_save_and_load_reading_only_their_bytes(framework: str, tm
         assert np.array_equal(lc.to_numpy(out[k]), oracle(k))
 
 
-def test_a_peer_dying_before_its_save_gives_checkpoint_error_and_no_checkpoint(tmp_path: Path) -> None:
-    python = _python("torch")
+@pytest.mark.parametrize("case", ["torch", "tensorflow-dies", "tensorflow-hangs"])
+def test_a_peer_dying_before_its_save_gives_checkpoint_error_and_no_checkpoint(case: str, tmp_path: Path) -> None:
+    framework = case.split("-")[0]
+    python = _python(framework)
     if python is None:
-        pytest.skip("no interpreter with torch installed")
-    port = _free_port()
-    worker = Path(__file__).with_name("_mp_die_worker.py")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYOUTCORE_")}
+        pytest.skip(f"no interpreter with {framework} installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "DTENSOR_"))}
+    if framework == "torch":
+        args = [str(Path(__file__).with_name("_mp_die_worker.py")), str(_free_port()), str(tmp_path)]
+        bound = 60.0  # the gloo group's timeout is 20 s
+    else:
+        ports = ",".join(map(str, _free_ports(2)))
+        args = [str(Path(__file__).with_name("_mp_tf_die_worker.py")), ports, str(tmp_path), case.split("-")[1]]
+        # a dead client: TF's coordination service notices within ~10 s; a hung one: the barrier's timeout
+        env["LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"] = "5" if case.endswith("hangs") else "60"
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        bound = 60.0
     procs = [
         subprocess.Popen(
-            [python, str(worker), str(i), str(port), str(tmp_path)],
+            [python, args[0], str(i), *args[1:]],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -130,16 +152,18 @@ def test_a_peer_dying_before_its_save_gives_checkpoint_error_and_no_checkpoint(t
         for i in (0, 1)
     ]
     try:
-        out, err = procs[0].communicate(timeout=120)
+        out, err = procs[0].communicate(timeout=150)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
             p.wait()
     line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
-    assert line is not None, f"rank 0 gave no result (rc {procs[0].returncode}):\n{err[-3000:]}"
+    assert line is not None, f"process 0 gave no result (rc {procs[0].returncode}):\n{err[-3000:]}"
     result = json.loads(line[len("RESULT ") :])
     assert result["error"] is not None and result["error"]["type"] == "CheckpointError", result
     assert "barrier" in result["error"]["message"] and "nothing was committed" in result["error"]["message"]
-    assert result["seconds"] < 60
+    if case.endswith("hangs"):
+        assert "within 5 s" in result["error"]["message"], result
+    assert result["seconds"] < bound
     assert not (tmp_path / "dead").exists()

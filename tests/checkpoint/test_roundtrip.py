@@ -219,23 +219,45 @@ def test_random_layouts_round_trip(tmp_path_factory: pytest.TempPathFactory, dat
         assert _same_bits(np.asarray(comp), value[sl])
 
 
-def test_multi_client_tensorflow_save_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Several TF DTensor clients would each commit their part: refused, never a partial checkpoint."""
+def test_multi_client_tensorflow_engine_and_its_bounded_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several TF DTensor clients: rank and size from DTensor; a barrier that hangs ends in bounded time."""
     import sys
+    import time
     import types
 
-    from layoutcore.checkpoint._engine import engine_for
+    from layoutcore import ConfigurationError
+    from layoutcore.checkpoint._engine import Engine, _TFBarrier, engine_for
 
     tf = types.ModuleType("tensorflow")
     experimental = types.ModuleType("tensorflow.experimental")
     dtensor = types.ModuleType("tensorflow.experimental.dtensor")
     dtensor.num_clients = lambda: 2  # type: ignore[attr-defined]
+    dtensor.client_id = lambda: 1  # type: ignore[attr-defined]
     experimental.dtensor = dtensor  # type: ignore[attr-defined]
     tf.experimental = experimental  # type: ignore[attr-defined]
     for name, module in (("tensorflow", tf), ("tensorflow.experimental", experimental)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setitem(sys.modules, "tensorflow.experimental.dtensor", dtensor)
-    with pytest.raises(CheckpointError, match="2 TF DTensor clients"):
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT", "0.5")
+    engine = engine_for("tensorflow")
+    assert (engine.name, engine.rank, engine.size) == ("tensorflow", 1, 2)
+    assert isinstance(engine._barrier, _TFBarrier) and engine._barrier.timeout_s == 0.5
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT", "soon")
+    with pytest.raises(ConfigurationError, match="LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"):
         engine_for("tensorflow")
     dtensor.num_clients = lambda: 1  # type: ignore[attr-defined]
     assert engine_for("tensorflow").size == 1
+    # a collective that never returns (a hung peer): CheckpointError after the timeout
+    hung = Engine("tensorflow", 0, 2, _TFBarrier(0.5, check=lambda: time.sleep(30)))
+    start = time.monotonic()
+    with pytest.raises(CheckpointError, match=r"nothing was committed.*within 0\.5 s"):
+        hung.barrier("t", path="/ck")
+    assert time.monotonic() - start < 10
+
+    # a collective that fails (TF's error when a peer died): CheckpointError naming it
+    def fail() -> None:
+        raise RuntimeError("Collective ops is aborted")
+
+    with pytest.raises(CheckpointError, match="Collective ops is aborted"):
+        Engine("tensorflow", 0, 2, _TFBarrier(5, check=fail)).barrier("t", path="/ck")
+    Engine("tensorflow", 0, 2, _TFBarrier(5, check=lambda: None)).barrier("t", path="/ck")
