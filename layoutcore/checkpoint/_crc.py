@@ -31,8 +31,12 @@ def _table() -> list[int]:
     return _TABLE
 
 
-def crc32c(data: Any) -> int:
-    """CRC-32C of a bytes-like object or a C-contiguous NumPy array's bytes."""
+def crc32c(data: Any, value: int = 0) -> int:
+    """CRC-32C of a bytes-like object or a C-contiguous NumPy array's bytes.
+
+    ``value`` is the CRC-32C of the bytes before ``data``: ``crc32c(b, crc32c(a)) == crc32c(a + b)``,
+    so a long buffer can be checked in pieces, each while it is still in the CPU cache.
+    """
     if isinstance(data, np.ndarray):
         view = data.reshape(-1).view(np.uint8)
         if view.flags.writeable:
@@ -40,8 +44,8 @@ def crc32c(data: Any) -> int:
             view.flags.writeable = False  # google-crc32c takes read-only buffers only
         data = view
     if _g is not None:
-        return int(_g.value(data))
-    table, crc = _table(), 0xFFFFFFFF
+        return int(_g.extend(value, data) if value else _g.value(data))
+    table, crc = _table(), value ^ 0xFFFFFFFF
     for byte in bytes(data):
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF

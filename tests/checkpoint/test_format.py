@@ -131,6 +131,44 @@ def test_flipped_byte_raises_naming_tensor_and_file(saved: tuple[Path, dict[str,
     assert np.count_nonzero(as_bits(lc.to_numpy(out["big"])) != as_bits(saved[1]["big"])) == 1
 
 
+def test_flipped_byte_in_an_edge_chunk_raises(saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path) -> None:
+    # "uneven" (10, 7) on 3x2: the last shard holds rows 8..9 and columns 4..6 of a 4x4 chunk; its
+    # padding is not read, its checksum is, and is checked with zeros in the padding
+    path = _damaged_copy(saved[0], tmp_path)
+    shard = path / "uneven" / "c" / "2" / "1"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0x01  # element (8, 4)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"checksum mismatch.*uneven/c/2/1") as info:
+        checkpoint.load(path)
+    assert info.value.tensor == "uneven"
+    out = checkpoint.load(path, verify=False)
+    assert np.count_nonzero(as_bits(lc.to_numpy(out["uneven"])) != as_bits(saved[1]["uneven"])) == 1
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last", "checksum"])
+def test_pieces_read_in_slabs_are_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    from layoutcore.checkpoint import _read_plan
+
+    monkeypatch.setattr(_read_plan, "SLAB_BYTES", 1000)  # 64 KiB pieces of 1 KiB rows: 1 row per slab
+    value = _value((512, 256), "float32", 7)
+    path = tmp_path / "ckpt"
+    checkpoint.save(path, {"w": lc.distribute_tensor(value, Layout(("x", None), MESH8))})
+    cols = {"w": Layout((None, "x"), MESH8)}
+    assert np.array_equal(as_bits(lc.to_numpy(checkpoint.load(path, cols)["w"])), as_bits(value))
+    shard = path / "w" / "c" / "2" / "0"
+    data = bytearray(shard.read_bytes())
+    at = {"first": 5, "middle": 64 * 1024 // 2 + 3, "last": 64 * 1024 - 1, "checksum": 64 * 1024}[where]
+    data[at] ^= 0x10
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"checksum mismatch.*w/c/2/0") as info:
+        checkpoint.load(path, cols)
+    assert info.value.tensor == "w" and info.value.file == "w/c/2/0"
+    shard.write_bytes(bytes(data[: 64 * 1024 - 10]))
+    with pytest.raises(CheckpointError, match=r"w/c/2/0.*truncated"):
+        checkpoint.load(path, cols)
+
+
 def test_truncated_and_missing_shards_raise(saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path) -> None:
     path = _damaged_copy(saved[0], tmp_path)
     shard = path / "dtypes" / "float32" / "c" / "5" / "0"
