@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,14 @@ import layoutcore as lc
 from layoutcore._dtypes import X64_DTYPES
 from layoutcore.driver import ALL_DTYPES, Limitation
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import _dtype_checks as checks
+# Loaded from its file, not by putting tests/drivers on sys.path: there, the folder tests/drivers/tensorflow
+# would pass for the `tensorflow` package (keras then imports it, half there, on the JAX backend).
+_spec = importlib.util.spec_from_file_location(
+    "_dtype_checks", Path(__file__).resolve().parents[1] / "_dtype_checks.py"
+)
+assert _spec is not None and _spec.loader is not None
+checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(checks)
 
 HELD_WITHOUT_X64 = [n for n in ALL_DTYPES if n not in X64_DTYPES]
 

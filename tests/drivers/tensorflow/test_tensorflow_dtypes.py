@@ -8,6 +8,7 @@ bits (docs/dtypes.md); these tests read every component with TF's own ``.numpy()
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -27,8 +28,14 @@ from layoutcore import Layout
 from layoutcore._dtypes import random_values
 from layoutcore.driver import ALL_DTYPES, Limitation, numpy_dtype
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import _dtype_checks as checks
+# Loaded from its file, not by putting tests/drivers on sys.path: there, the folder tests/drivers/tensorflow
+# would pass for the `tensorflow` package (keras then imports it, half there, on the JAX backend).
+_spec = importlib.util.spec_from_file_location(
+    "_dtype_checks", Path(__file__).resolve().parents[1] / "_dtype_checks.py"
+)
+assert _spec is not None and _spec.loader is not None
+checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(checks)
 
 
 def read(component: tf.Tensor) -> np.ndarray:

@@ -3,6 +3,7 @@ bfloat16/float8 tensors in, and ml_dtypes arrays out of to_numpy (never a widene
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -18,8 +19,14 @@ from layoutcore_torch import TorchDriver
 import layoutcore as lc
 from layoutcore.driver import ALL_DTYPES, numpy_dtype
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import _dtype_checks as checks
+# Loaded from its file, not by putting tests/drivers on sys.path: there, the folder tests/drivers/tensorflow
+# would pass for the `tensorflow` package (keras then imports it, half there, on the JAX backend).
+_spec = importlib.util.spec_from_file_location(
+    "_dtype_checks", Path(__file__).resolve().parents[1] / "_dtype_checks.py"
+)
+assert _spec is not None and _spec.loader is not None
+checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(checks)
 
 #: The same-width integer torch dtype that torch's own .numpy() converts, for dtypes NumPy lacks.
 _VIEWS = {"bfloat16": torch.int16, "float8_e4m3fn": torch.uint8, "float8_e5m2": torch.uint8}
