@@ -96,10 +96,10 @@ def test_framework_op_output(driver: lc.driver.Driver, adapter: ConformanceAdapt
     out = adapter.identity_op(lc.distribute_tensor(x, layout))
     assert driver.is_distributed(out), f"{case}: the framework's t + 0 is not a distributed tensor: {type(out)}"
     assert_reading_matches_data(driver, adapter, out, x, case, "t + 0")
-    if x.size:  # JAX lays out an op's empty result as it likes (replicated); its data cannot tell
+    if x.size:  # JAX and TF lay out an op's empty result as they like (replicated); its data cannot tell
         assert_native_layout(driver, out, layout, f"t + 0 {case}")
         assert_public_layout(driver, out, layout, f"t + 0 {case}")
-    assert_device_data(adapter, out, x, case, what="t + 0")
+        assert_device_data(adapter, out, x, case, what="t + 0")
 
 
 @given(data=st.data())
@@ -116,6 +116,6 @@ def test_framework_op_output_after_relayout(
     x = source.values()
     out = adapter.identity_op(lc.relayout(lc.distribute_tensor(x, source.layout()), target.layout()))
     assert_reading_matches_data(driver, adapter, out, x, target, "t + 0 after relayout")
-    if x.size:
+    if x.size:  # an empty result: see test_framework_op_output
         assert_native_layout(driver, out, target.layout(), f"t + 0 after relayout {source} -> {target}")
-    assert_device_data(adapter, out, x, target, what="t + 0 after relayout")
+        assert_device_data(adapter, out, x, target, what="t + 0 after relayout")

@@ -266,8 +266,11 @@ class LayoutcoreModel(RuleBasedStateMachine):
         target = data.draw(st.sampled_from(candidates), label="target")
         case = target.case
         dt = target.expected.dtype
-        # 1, 2, 3, ...: nonzero, exact in every dtype, so x + delta is the same in every framework's arithmetic.
-        delta = (np.arange(int(np.prod(case.shape)), dtype=np.int64) % 3 + 1).astype(dt).reshape(case.shape)
+        # 1, 2, 3, ...: nonzero, exact in every dtype, so x + delta is the same in every framework's arithmetic,
+        # also where it flushes subnormals to zero (TF's kernels do): a subnormal plus 1 rounds to 1 either way.
+        # Complex deltas are k + kj, since a real delta would leave a subnormal imaginary part to the flush.
+        counts = np.arange(int(np.prod(case.shape)), dtype=np.int64) % 3 + 1
+        delta = (counts * (1 + 1j) if dt.kind == "c" else counts).astype(dt).reshape(case.shape)
         delta_tensor = lc.distribute_tensor(delta, case.layout())
         if self.adapter.add_inplace(target.obj, delta_tensor):
             with np.errstate(all="ignore"):
