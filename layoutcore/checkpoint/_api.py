@@ -35,7 +35,7 @@ from ._format import (
     write_shard,
 )
 from ._meta import META, CheckpointInfo, _info_from_meta, _read_meta, _stored_geometry
-from ._read_plan import TensorReads, merge_ranges, plan_tensor, read_boxes
+from ._read_plan import TensorReads, direct_slots, merge_ranges, plan_tensor, read_boxes
 
 __all__ = ["CheckpointInfo", "ReadPlan", "inspect", "load", "read_plan", "save"]
 
@@ -494,6 +494,7 @@ class _Geometry:
     ranges: np.ndarray[Any, Any]  # merged (file index, offset, length) rows
     files: tuple[str, ...]  # piece files relative to the node, indexed by ranges[:, 0]
     read_bytes: int
+    direct: tuple[tuple[int, int, int] | None, ...] | None = None  # direct_slots(reads), for a load
 
 
 # -- targets -----------------------------------------------------------------------------------
@@ -699,7 +700,8 @@ def _geometry(key: tuple[Any, ...], positions: list[int], with_copies: bool) -> 
         rows.append(np.column_stack([np.full(len(merged), file_index[f], dtype=np.int64), merged]))
     ranges = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
     rel = tuple(f[2:] if f.startswith("./") else f for f in files)
-    return _Geometry(reads, box_of, ranges, rel, int(ranges[:, 2].sum()) if len(ranges) else 0)
+    direct = direct_slots(reads) if with_copies else None
+    return _Geometry(reads, box_of, ranges, rel, int(ranges[:, 2].sum()) if len(ranges) else 0, direct)
 
 
 def read_plan(
@@ -823,6 +825,7 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
                 node=tl.node,
                 scratch=scratch,
                 verify=verify,
+                direct=tl.geometry.direct,
             )
             used: set[int] = set()
             components = []

@@ -53,6 +53,7 @@ __all__ = [
     "StoredPiece",
     "StoredTensor",
     "TensorReads",
+    "direct_slots",
     "merge_ranges",
     "plan_tensor",
     "read_boxes",
@@ -297,6 +298,7 @@ def read_boxes(
     node: str = "",
     scratch: list[np.ndarray[Any, Any]] | None = None,
     verify: bool = True,
+    direct: Sequence[tuple[int, int, int] | None] | None = None,
 ) -> None:
     """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
 
@@ -308,7 +310,8 @@ def read_boxes(
     are ``root/node/file``; ``tensor_path`` (default ``reads.tensor.path``) names the tensor in
     errors, ``fds`` (file -> descriptor) keeps files open across calls, and ``scratch`` (a
     one-element list holding a uint8 array) is a read buffer reused across pieces and calls.
-    ``verify=False`` skips the checksums (the bytes read stay the same).
+    ``verify=False`` skips the checksums (the bytes read stay the same). ``direct`` is
+    :func:`direct_slots` of ``reads``, for a caller that reads many tensors of one geometry.
 
     Raises:
         CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
@@ -329,17 +332,22 @@ def read_boxes(
     own = fds is None
     opened: dict[str, int] = {} if fds is None else fds
     scratch = [np.empty(0, dtype=np.uint8)] if scratch is None else scratch
+    flat: list[np.ndarray[Any, Any] | None] = [None] * len(out)  # uint8 views of the destinations
     try:
-        for pr in reads.pieces:
+        for i, pr in enumerate(reads.pieces):
             piece = tensor.pieces[pr.piece]
             file = _joined(node, piece.file)
             fd = _open(root, file, opened, name, tpath)
             runs = pr.runs
             span_lo = int(runs[0, 0])
             span_hi = int(runs[-1, 0] + runs[-1, 1])
-            direct = _direct_target(pr, piece, reads, out, item)
-            if direct is not None:
-                buf = direct
+            slot = direct[i] if direct is not None else _direct_slot(pr, piece, reads, item)
+            if slot is not None:
+                b, start, want = slot
+                dst = flat[b]
+                if dst is None:
+                    dst = flat[b] = out[b].reshape(-1).view(np.uint8)
+                buf = dst[start : start + want]
                 tail = np.empty(CRC_BYTES, dtype=np.uint8) if pr.whole and piece.crc32c_at is not None else None
                 views = [buf] if tail is None else [buf, tail]
                 _preadv_all(fd, views, span_lo, span_hi - span_lo, name, file, tpath)
@@ -466,12 +474,17 @@ def _strides(shape: Sequence[int], item: int) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def _direct_target(
-    pr: PieceReads, piece: StoredPiece, reads: TensorReads, out: Sequence[np.ndarray[Any, Any]], item: int
-) -> np.ndarray[Any, Any] | None:
-    """A uint8 view of the destination when one contiguous run lands on a contiguous part of it."""
+def direct_slots(reads: TensorReads) -> tuple[tuple[int, int, int] | None, ...]:
+    """Per piece of ``reads.pieces``: ``(box, byte offset in it, bytes)`` when the piece's one run
+    lands on a contiguous part of that box (it is then read straight into it), else ``None``."""
+    item = reads.tensor.itemsize
+    return tuple(_direct_slot(pr, reads.tensor.pieces[pr.piece], reads, item) for pr in reads.pieces)
+
+
+def _direct_slot(pr: PieceReads, piece: StoredPiece, reads: TensorReads, item: int) -> tuple[int, int, int] | None:
+    """``(box, byte offset, bytes)`` of the destination when one contiguous run lands on a contiguous part of it."""
     data_runs = pr.runs
-    if len(pr.copies) != 1:
+    if len(pr.copies) != 1 or len(data_runs) != 1:
         return None
     b, a, z = pr.copies[0]
     want = math.prod(e - s for s, e in zip(a, z, strict=True)) * item
@@ -482,7 +495,6 @@ def _direct_target(
         return None
     if extra and piece.crc32c_at != piece.offset + want:
         return None
-    dst = out[b]
     box_off, box_sizes = reads.boxes[b]
     sizes = tuple(e - s for s, e in zip(a, z, strict=True))
     rel = tuple(s - o for s, o in zip(a, box_off, strict=True))
@@ -493,9 +505,8 @@ def _direct_target(
         k += 1
     if any(sizes[d] != box_sizes[d] for d in range(k + 1, rank)):
         return None
-    flat = dst.reshape(-1).view(np.uint8)
     start = sum(r * s for r, s in zip(rel, _strides(box_sizes, item), strict=True))
-    return flat[start : start + want]
+    return b, start, want
 
 
 def _open(root: str, file: str, opened: dict[str, int], name: str, tensor: str) -> int:
