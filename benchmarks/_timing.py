@@ -13,28 +13,31 @@ def _no_sync(result: Any) -> None:
 
 
 def side_by_side(
-    native: Callable[[], Any],
-    ours: Callable[[], Any],
+    native: Callable[..., Any],
+    ours: Callable[..., Any],
     reps: int,
     warmup: int,
     *,
     sync: Callable[[Any], Any] = _no_sync,
+    fresh: Callable[[], Any] | None = None,
 ) -> dict[str, float]:
     """Median seconds of ``native()`` and ``ours()``, run alternately, alternating which goes first.
 
     ``sync(result)`` waits for an asynchronous framework to finish (JAX: ``block_until_ready``) and
-    is inside the timed region. Returns ``native_s``, ``layoutcore_s``, ``ratio`` (ours / native)
-    and ``overhead_us``.
+    is inside the timed region. With ``fresh``, each call gets ``fresh()``'s result as its argument,
+    made before the clock starts (an input no earlier call has cached anything on). Returns
+    ``native_s``, ``layoutcore_s``, ``ratio`` (ours / native) and ``overhead_us``.
     """
 
-    def timed(fn: Callable[[], Any]) -> float:
+    def timed(fn: Callable[..., Any]) -> float:
+        args = () if fresh is None else (fresh(),)
         start = time.perf_counter()
-        sync(fn())
+        sync(fn(*args))
         return time.perf_counter() - start
 
     for _ in range(warmup):
-        sync(native())
-        sync(ours())
+        timed(native)
+        timed(ours)
     t_native: list[float] = []
     t_ours: list[float] = []
     for i in range(reps):
