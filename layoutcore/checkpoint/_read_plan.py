@@ -46,6 +46,7 @@ import numpy as np
 from .._dtypes import itemsize as _itemsize
 from .._dtypes import numpy_dtype
 from .._errors import CheckpointError
+from ._crc import crc32c
 
 __all__ = [
     "Box",
@@ -419,8 +420,6 @@ def _read_whole_in_slabs(
     The checksum is compared after the last slab; on a mismatch the caller's output arrays are
     discarded with the error, so no unverified byte reaches the user. Peak: one slab of scratch.
     """
-    from ._crc import crc32c
-
     strides = _strides(piece.shape, dtype.itemsize)
     row = strides[0]
     n_rows = piece.shape[0]
@@ -562,8 +561,6 @@ def _preadv_all(
 
 
 def _check_crc(data: np.ndarray[Any, Any], crc: np.ndarray[Any, Any], name: str, file: str, tensor: str) -> None:
-    from ._crc import crc32c
-
     stored = int.from_bytes(bytes(crc), "little")
     if crc32c(data) != stored:
         raise _crc_mismatch(name, file, tensor)
