@@ -45,6 +45,8 @@ from typing import Any
 
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
+from _processes import run_gloo_ranks  # benchmarks/ is sys.path[0] when a benchmark runs
+
 import layoutcore as lc
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -214,29 +216,7 @@ def _gloo_worker(rank: int, port: int, world: int) -> None:
 
 def measure_torch_gloo(world: int = 8) -> dict[str, Any]:
     """The same cases on ``world`` real gloo processes on 127.0.0.1 (one rank each)."""
-    import socket
-    import subprocess
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env["LAYOUTCORE_DRIVER"] = "torch"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "torch-gloo-worker", str(r), str(port), str(world)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
-        if p.returncode:
-            raise RuntimeError(f"gloo rank {r} failed (rc {p.returncode}):\n{err[-3000:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_gloo_ranks(__file__, world, timeout_s=600)
 
 
 def _bounds(block: tuple[slice, ...], shape: tuple[int, ...]) -> list[slice]:
