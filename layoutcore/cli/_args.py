@@ -1,11 +1,14 @@
 """What the ``layoutcore`` commands share: argument parsing, the usage errors and the console.
 
-Its own module so that the command modules (:mod:`layoutcore._cli`, :mod:`layoutcore._render_plan`)
-import it, and never each other.
+Its own module so that the command modules (``layoutcore.cli._main``, ``_render_plan``,
+``_checkpoint``, ``_interchange``) import it, and never each other.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import layoutcore as lc
@@ -21,6 +24,7 @@ __all__ = [
     "parse_layout",
     "parse_mesh",
     "parse_shape",
+    "reported",
 ]
 
 #: Spellings of a replicated tensor axis in ``--layout`` (compared case-insensitively).
@@ -139,3 +143,17 @@ def console() -> Console:
 
     # markup off: layouts print as "Layout[x, unsharded]", which rich would take for a tag.
     return Console(highlight=False, markup=False, emoji=False)
+
+
+def reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, list[str]], int]:
+    """A ``layoutcore checkpoint`` action whose layoutcore errors (no checkpoint, corrupt metadata, a bad
+    target) print as one line, ``layoutcore checkpoint ACTION: error: ...`` on stderr, with exit status 1."""
+
+    def wrapped(args: argparse.Namespace, extra: list[str]) -> int:
+        try:
+            return run(args)
+        except lc.LayoutcoreError as exc:
+            print(f"layoutcore checkpoint {args.action}: error: {exc}", file=sys.stderr)
+            return 1
+
+    return wrapped

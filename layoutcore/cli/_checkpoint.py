@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from .. import checkpoint
-from .._errors import LayoutcoreError
 from .._layout import Layout
-from ._args import UsageError, console, parse_layout, parse_mesh
+from ._args import UsageError, console, parse_layout, parse_mesh, reported
 from ._json import layout_map_from_json, load_json
 from ._render_plan import format_bytes
 
@@ -36,7 +34,7 @@ def add_commands(command: Callable[..., Any]) -> None:
     inspect = actions.add_parser("inspect", help="tensors, shapes, dtypes, saved layouts, files and bytes")
     inspect.add_argument("path", metavar="PATH")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    inspect.set_defaults(run=_reported(_inspect))
+    inspect.set_defaults(run=reported(_inspect))
     plan = actions.add_parser("plan", help="the byte ranges a load under a target reads, before reading any data")
     plan.add_argument("path", metavar="PATH")
     plan.add_argument("--rules", metavar="RULES.json", help="the target as a LayoutMap (mesh and rules)")
@@ -45,7 +43,7 @@ def add_commands(command: Callable[..., Any]) -> None:
     plan.add_argument("--process-devices", metavar="POSITIONS", help="the loading process's mesh positions, e.g. 0,1")
     plan.add_argument("--granularity", choices=("exact", "piece"), default="exact", help="piece: whole-chunk reads")
     plan.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    plan.set_defaults(run=_reported(_plan))
+    plan.set_defaults(run=reported(_plan))
     from ._interchange import add_convert
 
     add_convert(actions)
@@ -53,19 +51,6 @@ def add_commands(command: Callable[..., Any]) -> None:
 
 def _cmd_help(args: argparse.Namespace, extra: list[str]) -> int:
     raise UsageError("choose an action: inspect or plan")
-
-
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, list[str]], int]:
-    """Run an action; a layoutcore error (no checkpoint, corrupt metadata, bad target) is one line, exit 1."""
-
-    def wrapped(args: argparse.Namespace, extra: list[str]) -> int:
-        try:
-            return run(args)
-        except LayoutcoreError as exc:
-            print(f"layoutcore checkpoint {args.action}: error: {exc}", file=sys.stderr)
-            return 1
-
-    return wrapped
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from collections.abc import Callable
 from typing import Any
 
-from .._errors import LayoutcoreError
+from ._args import reported
 
 __all__ = ["add_convert", "foreign_columns", "foreign_json"]
 
@@ -33,18 +31,7 @@ def add_convert(actions: Any) -> None:
     convert.add_argument("--to", choices=("layoutcore", "safetensors"), default="layoutcore")
     convert.add_argument("--max-shard-size", default="5GB", help="safetensors shard size (e.g. 5GB, 500MB)")
     convert.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    convert.set_defaults(run=_reported(_convert))
-
-
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, list[str]], int]:
-    def wrapped(args: argparse.Namespace, extra: list[str]) -> int:
-        try:
-            return run(args)
-        except LayoutcoreError as exc:
-            print(f"layoutcore checkpoint convert: error: {exc}", file=sys.stderr)
-            return 1
-
-    return wrapped
+    convert.set_defaults(run=reported(_convert))
 
 
 def _convert(args: argparse.Namespace) -> int:
