@@ -294,6 +294,27 @@ def test_variable_keeps_its_layout(driver: JaxDriver, mesh32: Mesh) -> None:
         v.assign(driver.distribute_tensor(G, Layout((None, "y"), mesh32)))
 
 
+@pytest.mark.parametrize("name", ["", "named"])
+def test_assigning_an_op_output_read_back_on_an_equal_mesh(driver: JaxDriver, name: str) -> None:
+    """``v.assign(v.value + 1)`` where a concrete mesh over the same devices was bound before the
+    variable's abstract (or named) one: JAX's output is read back on that first mesh, and is accepted
+    (relaid out, no data moved); the same blocks on other devices are still refused."""
+    devices = driver.list_devices()[:8]
+    axis = f"assign_{name or 'plain'}"  # a mesh no other test of this process has bound
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+    lc.distribute_tensor(x, Layout((axis, None), Mesh((8,), (axis,), devices=devices)), driver=driver)
+    layout = Layout((axis, None), Mesh((8,), (axis,), name=name))
+    v = lc.Variable(x, layout, driver="jax")
+    out = v.value + 1
+    assert driver.fetch_layout(out) != layout  # read back on the earlier mesh: the case under test
+    v.assign(out)
+    np.testing.assert_array_equal(v.numpy(), x + 1)
+    assert driver.fetch_layout(v.value) == layout
+    reversed_mesh = Mesh((8,), (axis,), devices=devices[::-1])
+    with pytest.raises(lc.LayoutMismatchError):
+        v.assign(driver.distribute_tensor(x, Layout((axis, None), reversed_mesh)))
+
+
 def test_list_devices(driver: JaxDriver) -> None:
     assert driver.list_devices() == [f"CPU:{d.id}" for d in jax.devices()]
     assert driver.list_devices("cpu") == driver.list_devices()
