@@ -772,6 +772,24 @@ def _read_plan(target_path: str, target: Any, devices: Any, drv: Any, granularit
 
 
 # -- load --------------------------------------------------------------------------------------
+def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, Any]]:
+    """One allocation for a tensor's blocks, each a disjoint C-contiguous view of it.
+
+    For a tensor whose chunks are copied out in slabs (a layout cutting across the saved blocks):
+    the strided copies into fresh pages ran 0.57-0.63 of ``np.fromfile``'s throughput into one
+    allocation per block and 0.72-0.82 into one allocation per tensor (512 MiB, interleaved; the
+    big allocation's pages are huge-page aligned). Where every chunk is read straight into its
+    block, one allocation per block measured as fast or faster, and each block owns its memory.
+    """
+    counts = [math.prod(s) for s in shapes]
+    flat = np.empty(sum(counts), dtype=dtype)
+    out, at = [], 0
+    for shape, n in zip(shapes, counts, strict=True):
+        out.append(flat[at : at + n].reshape(shape))
+        at += n
+    return out
+
+
 def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None, verify: bool = True) -> Any:
     """Load a checkpoint into distributed tensors of the selected driver.
 
@@ -814,7 +832,11 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
         for tl in plans:
             dtype = numpy_dtype(tl.saved.dtype)
             reads = tl.geometry.reads
-            outs = [np.empty(sizes, dtype=dtype) for _, sizes in reads.boxes]
+            shapes = [sizes for _, sizes in reads.boxes]
+            if tl.geometry.direct is not None and None not in tl.geometry.direct:
+                outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
+            else:
+                outs = _blocks(dtype, shapes)
             read_boxes(
                 target_path,
                 reads,
