@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from layoutcore import Layout, Variable, pack, unpack
+from layoutcore import Variable
 from layoutcore.driver import Driver
 
 __all__ = ["ADAPTER_GROUP", "ConformanceAdapter", "load_adapter", "register_adapter"]
@@ -129,7 +129,7 @@ class ConformanceAdapter:
         immutable (everything but torch).
         """
         if isinstance(target, Variable):
-            target.assign(on_layout(self.add(target.value, delta), target.layout))
+            target.assign(self.add(target.value, delta))
             return True
         return False
 
@@ -179,16 +179,6 @@ class ConformanceAdapter:
     def reduce_pending(self, tensor: Any) -> Any:
         """``tensor`` with its pending sums (torch's ``Partial``) carried out by the framework."""
         return tensor
-
-
-def on_layout(result: Any, layout: Layout) -> Any:
-    """A framework operation's distributed ``result`` with ``layout`` as layoutcore's record, its components unchanged.
-
-    The front-end reports an operation's output on the mesh the process first bound to those devices (maybe
-    abstract, maybe named), while ``Variable.assign`` takes only the variable's own layout; ``pack`` of the
-    components states the layout without moving data (a ``relayout`` there may be refused as a no-op).
-    """
-    return pack(unpack(result), layout)
 
 
 _registered: dict[str, type[ConformanceAdapter] | str] = {}

@@ -55,13 +55,11 @@ class JaxAdapter(ConformanceAdapter):
     def add_inplace(self, target: Any, delta: Any) -> bool:
         """JAX arrays are immutable: a Variable takes ``value.at[...].add(delta)`` (JAX's functional in-place
         update) through ``assign``; a distributed array is left alone (``False``)."""
-        from layoutcore_conformance.adapter import on_layout
-
         from layoutcore import Variable
 
         if not isinstance(target, Variable):
             return False
-        target.assign(on_layout(target.value.at[...].add(delta), target.layout))
+        target.assign(target.value.at[...].add(delta))
         return True
 
     def relayout_bytes(self, relayout: Callable[[], Any]) -> tuple[Any, int] | None:

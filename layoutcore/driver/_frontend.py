@@ -458,9 +458,12 @@ class Driver(DriverHooks):
             tensor = tensor.value
         if not self.is_distributed(tensor):
             return self.distribute_tensor(tensor, layout)
-        if self._lc_traces and self.is_traced(tensor):
+        traced = self._lc_traces and self.is_traced(tensor)
+        if traced:
             self._require_traced("relayout", tensor)
         layout = self.check_layout(layout, self.shape_of(tensor))
+        if not traced and self.recorded_layout(tensor) == layout:
+            return tensor  # laid out so already, under this very record: nothing moves, nothing to record
         devices = self.bind_mesh(layout.require_mesh())
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
             # The mesh the front-end recorded for a hook's result (checked against the native truth

@@ -292,7 +292,9 @@ class NumpyDriver(Driver):
         matched by name across meshes.
         """
         if tensor.layout == layout and tensor.devices == devices:
-            return tensor
+            # Already there (the target differs only in the front-end's record: a mesh name, or abstract
+            # vs concrete): a new object over the same read-only components, so that each keeps its record.
+            return ShardedArray(tensor.components, layout, tensor.shape, tensor.dtype, devices)
         shape = tensor.shape
         schedule = _relayout_schedule(tensor.layout, layout, shape, tensor.dtype.itemsize, tensor.devices, devices)
         held = tensor.components
