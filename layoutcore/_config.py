@@ -7,15 +7,31 @@ starts, so it must not import anything of theirs.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from ._errors import LayoutcoreError
 
-__all__ = ["CPU_DEVICES_ENV", "DEFAULT_CPU_DEVICES", "ConfigurationError", "cpu_device_count"]
+__all__ = [
+    "BARRIER_TIMEOUT_ENV",
+    "CPU_DEVICES_ENV",
+    "DEFAULT_BARRIER_TIMEOUT_S",
+    "DEFAULT_CPU_DEVICES",
+    "ConfigurationError",
+    "checkpoint_barrier_timeout",
+    "cpu_device_count",
+]
 
 #: Environment variable: how many CPU devices each driver exposes in one process.
 CPU_DEVICES_ENV = "LAYOUTCORE_CPU_DEVICES"
 #: Devices per driver when :data:`CPU_DEVICES_ENV` is unset or empty.
 DEFAULT_CPU_DEVICES = 8
+#: Environment variable: seconds a TF multi-client checkpoint barrier waits for the other clients.
+BARRIER_TIMEOUT_ENV = "LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"
+#: Seconds a TF multi-client barrier waits when :data:`BARRIER_TIMEOUT_ENV` is unset or empty.
+DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
+_Number = TypeVar("_Number", int, float)
 
 
 class ConfigurationError(LayoutcoreError, ValueError):
@@ -28,13 +44,29 @@ def cpu_device_count() -> int:
     Raises:
         ConfigurationError: the variable is not a positive integer.
     """
-    raw = os.environ.get(CPU_DEVICES_ENV, "").strip()
+    return _positive_setting(CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES, int, "a positive integer")
+
+
+def checkpoint_barrier_timeout() -> float:
+    """``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` (default 300): seconds a TF multi-client checkpoint
+    barrier waits for the other clients.
+
+    Raises:
+        ConfigurationError: the variable is not a positive number.
+    """
+    return _positive_setting(BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_S, float, "a positive number of seconds")
+
+
+def _positive_setting(env: str, default: _Number, parse: Callable[[str], _Number], what: str) -> _Number:
+    """``env`` parsed by ``parse`` and > 0, or ``default`` where it is unset or empty."""
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return DEFAULT_CPU_DEVICES
+        return default
+    value: _Number | None
     try:
-        count = int(raw)
+        value = parse(raw)
     except ValueError:
-        count = 0
-    if count <= 0:
-        raise ConfigurationError(f"{CPU_DEVICES_ENV} must be a positive integer. Received: {raw!r}", value=raw)
-    return count
+        value = None
+    if value is None or not value > 0:  # not > 0 also catches NaN
+        raise ConfigurationError(f"{env} must be {what}. Received: {raw!r}", value=raw)
+    return value

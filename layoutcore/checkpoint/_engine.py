@@ -16,13 +16,12 @@ heartbeats stop; about 10 s measured), a hung one by the barrier's timeout,
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .._config import ConfigurationError
+from .._config import BARRIER_TIMEOUT_ENV, checkpoint_barrier_timeout
 from .._errors import CheckpointError
 
 __all__ = ["Engine", "engine_for"]
@@ -57,11 +56,6 @@ class Engine:
 
 SINGLE = Engine("single", 0, 1)
 
-#: Environment variable: seconds a TF multi-client checkpoint barrier waits for the other clients.
-BARRIER_TIMEOUT_ENV = "LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"
-#: Seconds a TF multi-client barrier waits when :data:`BARRIER_TIMEOUT_ENV` is unset.
-DEFAULT_BARRIER_TIMEOUT_S = 300.0
-
 
 def engine_for(driver_name: str | None) -> Engine:
     """The engine of ``driver_name``'s framework, or one process."""
@@ -85,23 +79,10 @@ def engine_for(driver_name: str | None) -> Engine:
         from tensorflow.experimental import dtensor
 
         if dtensor.num_clients() > 1:
-            return Engine("tensorflow", dtensor.client_id(), dtensor.num_clients(), _TFBarrier(_barrier_timeout()))
+            return Engine(
+                "tensorflow", dtensor.client_id(), dtensor.num_clients(), _TFBarrier(checkpoint_barrier_timeout())
+            )
     return SINGLE
-
-
-def _barrier_timeout() -> float:
-    raw = os.environ.get(BARRIER_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_BARRIER_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise ConfigurationError(
-            f"{BARRIER_TIMEOUT_ENV} must be a positive number of seconds. Received: {raw!r}", value=raw
-        )
-    return value
 
 
 class _TFBarrier:
