@@ -1,10 +1,16 @@
-"""Oracle values and target layouts shared by the 2-process checkpoint test and its workers."""
+"""Oracle values, target layouts and the dying-peer report shared by the 2-process checkpoint test and its workers."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
 import numpy as np
 
-from layoutcore import Layout, Mesh
+from layoutcore import CheckpointError, Layout, Mesh, checkpoint
 
 SHAPES = {"w": (1024, 2048), "u": (1024, 2048), "r": (64, 64)}
 
@@ -24,3 +30,17 @@ def targets(n: int, *, multi_axis: bool = True) -> tuple[dict[str, Layout], dict
     declared = {"w": cols, "u": Layout(("a", "b"), mesh), "r": Layout(("b", None), mesh)}
     undeclared = {"w": Layout(("b", None), mesh), "u": cols, "r": Layout((None, "a"), mesh)}
     return declared, undeclared
+
+
+def save_without_peer_and_report(root: Path, tensor: Any) -> NoReturn:
+    """Save ``{"w": tensor}`` as ``root/dead`` while the peer is gone (dead or hung), print
+    ``RESULT <json>`` with the error ``save`` raised (``None`` if none) and its seconds, and exit 0
+    at once: the framework's group cannot shut down cleanly without its peer."""
+    start = time.monotonic()
+    try:
+        checkpoint.save(root / "dead", {"w": tensor})
+        error = None
+    except CheckpointError as exc:
+        error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+    print("RESULT " + json.dumps({"error": error, "seconds": time.monotonic() - start}), flush=True)
+    os._exit(0)

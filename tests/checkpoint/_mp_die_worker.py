@@ -7,17 +7,18 @@ its ``save`` raised and how long that took.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch.distributed as dist
 
 import layoutcore as lc
-from layoutcore import CheckpointError, Layout, Mesh, checkpoint
+from layoutcore import Layout, Mesh
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _mp_common import save_without_peer_and_report
 
 rank, port, root = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 dist.init_process_group(
@@ -28,11 +29,4 @@ t = lc.distribute_tensor(
 )
 if rank == 1:
     os._exit(3)  # a peer that dies before its part of the save
-start = time.monotonic()
-try:
-    checkpoint.save(root / "dead", {"w": t})
-    error = None
-except CheckpointError as exc:
-    error = {"type": type(exc).__name__, "message": str(exc)[:400]}
-print("RESULT " + json.dumps({"error": error, "seconds": time.monotonic() - start}), flush=True)
-os._exit(0)  # the group cannot shut down cleanly without its peer
+save_without_peer_and_report(root, t)

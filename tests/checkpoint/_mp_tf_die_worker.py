@@ -9,7 +9,6 @@ collectives); a hung one, still sending heartbeats, only by the barrier's timeou
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,7 +23,10 @@ layoutcore_tensorflow.initialize_multi_client(
 )
 
 import layoutcore as lc  # noqa: E402
-from layoutcore import CheckpointError, Layout, Mesh, checkpoint  # noqa: E402
+from layoutcore import Layout, Mesh  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _mp_common import save_without_peer_and_report  # noqa: E402
 
 t = lc.distribute_tensor(
     np.arange(64, dtype=np.float32).reshape(8, 8), Layout(("x", None), Mesh((4,), ("x",))), driver="tensorflow"
@@ -33,11 +35,4 @@ if client_id == 1:
     if mode == "hangs":
         time.sleep(300)  # alive (TF's heartbeats go on), never reaching the save; the test kills it
     os._exit(3)  # a peer that dies before its part of the save
-start = time.monotonic()
-try:
-    checkpoint.save(root / "dead", {"w": t})
-    error = None
-except CheckpointError as exc:
-    error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
-print("RESULT " + json.dumps({"error": error, "seconds": time.monotonic() - start}), flush=True)
-os._exit(0)  # the barrier's thread is still blocked in TF, which cannot shut down without its peer
+save_without_peer_and_report(root, t)
