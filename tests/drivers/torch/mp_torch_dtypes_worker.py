@@ -7,12 +7,11 @@ to two layouts, to_numpy and pack on a real gloo group; prints one JSON line of 
 
 from __future__ import annotations
 
-import datetime
 import json
-import sys
 
 import numpy as np
 import torch.distributed as dist
+from gloo_pair import join_gloo_pair
 
 import layoutcore as lc
 from layoutcore._dtypes import random_values
@@ -24,14 +23,7 @@ def same(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 def main() -> None:
-    rank, port, timeout_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    rank = join_gloo_pair()
     lc.set_driver("torch")
     mesh = lc.Mesh((2,), ("x",))
     rows, columns, replicated = (

@@ -10,23 +10,15 @@ torch run.
 
 from __future__ import annotations
 
-import datetime
 import json
-import sys
 
 import models_recipe as recipe
 import torch.distributed as dist
+from gloo_pair import join_gloo_pair
 
 
 def main() -> None:
-    rank, port, timeout_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    rank = join_gloo_pair()
     params, placements, losses = recipe.train_distributed(ranks=2)
     out = {"rank": rank, "params": {n: p.tolist() for n, p in params.items()}, "placements": placements}
     out["losses"] = losses

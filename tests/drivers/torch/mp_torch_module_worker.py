@@ -7,25 +7,17 @@ the global parameters, their layouts and the losses. The parent compares them wi
 
 from __future__ import annotations
 
-import datetime
 import json
-import sys
 
 import torch.distributed as dist
 import transformer_recipe as recipe
+from gloo_pair import join_gloo_pair
 
 import layoutcore as lc
 
 
 def main() -> None:
-    rank, port, timeout_s = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    rank = join_gloo_pair()
     params, layouts, losses = recipe.train_distributed(lc.Mesh((2,), ("x",)))
     out = {"rank": rank, "params": {n: p.tolist() for n, p in params.items()}, "layouts": layouts, "losses": losses}
     print(json.dumps(out), flush=True)
