@@ -96,10 +96,10 @@ class Variable(HoldsValue):
     def assign(self, value: Any) -> Variable:
         """Replace the value; returns ``self``.
 
-        A distributed ``value`` must already have this variable's layout, or put every block on the
-        same device by an equal mesh under another name or abstractness (a framework op's output is
-        read back on the first mesh bound to its devices; such a value is relaid out, moving nothing);
-        a plain global value is distributed with it.
+        A distributed ``value`` must already have this variable's layout, or the same axes on an
+        equal mesh over the same devices under another name or abstractness (a framework op's output
+        is read back on the first mesh bound to its devices; such a value is relaid out, moving
+        nothing); a plain global value is distributed with it.
 
         The variable keeps its dtype (docs/design.md#data-functions-made-precise): a value of another dtype is cast to it where
         NumPy's ``same_kind`` rule allows (``int64`` into ``float32``, ``float64`` into
@@ -122,7 +122,7 @@ class Variable(HoldsValue):
                 # Pending sums (torch's Partial) have no Layout: reduce them into the variable's (docs/design.md#trees-and-model-code).
                 value = drv.relayout(value, self._layout)
                 actual = self._layout
-            if actual != self._layout and self._same_placement(actual):
+            if actual != self._layout and actual.axes == self._layout.axes and drv._agrees(self._layout, actual):
                 # The same blocks on the same devices, read back on an equal mesh under another name or
                 # abstractness (a framework op's output is reported on the first mesh bound to its
                 # devices): relaid out, it moves nothing and carries this variable's mesh.
@@ -147,16 +147,6 @@ class Variable(HoldsValue):
             value = drv.distribute_tensor(value, self._layout)
         drv.assign_variable_state(self._handle, value)
         return self
-
-    def _same_placement(self, other: Layout) -> bool:
-        """Whether ``other`` puts every block on the same device as this variable's layout: the same
-        axes on a mesh of the same shape and axis names over the same devices (names and abstractness aside)."""
-        mine, theirs = self._layout.mesh, other.mesh
-        if mine is None or theirs is None or other.axes != self._layout.axes:
-            return False
-        if (mine.shape, mine.axis_names) != (theirs.shape, theirs.axis_names):
-            return False
-        return self._driver.bind_mesh(mine) == self._driver.bind_mesh(theirs)
 
     def _cast(self, value: Any) -> Any:
         """``value`` in the variable's dtype (through the host where it differs), or raise."""

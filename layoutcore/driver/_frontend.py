@@ -244,9 +244,9 @@ class Driver(DriverHooks):
 
     @final
     def _agrees(self, recorded: Layout, native: Layout) -> bool:
-        """Whether ``native`` (a hook's reading, on a concrete mesh) places data as ``recorded``
-        does: the same mesh up to its name and abstractness, and the same axes up to mesh axes
-        of size 1 (which split nothing; TF reads them back as unsharded)."""
+        """Whether ``native`` (a hook's reading, or another record) places data as ``recorded``
+        does: the same mesh up to its name and abstractness, over the same devices, and the same
+        axes up to mesh axes of size 1 (which split nothing; TF reads them back as unsharded)."""
         if recorded is native:
             return True
         if recorded.axes != native.axes and _placement(recorded) != _placement(native):
@@ -256,7 +256,9 @@ class Driver(DriverHooks):
             return mine is theirs
         if mine.shape != theirs.shape or mine.axis_names != theirs.axis_names:
             return False
-        return theirs.devices is None or self.bind_mesh(mine) == theirs.devices
+        # A concrete mesh is compared by its devices, not bound: binding would make it the user's mesh
+        # for those devices (:meth:`user_mesh`).
+        return self.bind_mesh(mine) == (theirs.devices if theirs.devices is not None else self.bind_mesh(theirs))
 
     # ==========================================================================================
     # Data functions
