@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hypothesis import strategies as st
 
@@ -65,19 +65,39 @@ def mesh_parts(draw: st.DrawFn, max_devices: int | None = None) -> MeshParts:
             parts for parts in random_mesh_pool(driver_name, device_budget(), limit) if math.prod(parts[0]) <= budget
         ]
         return draw(st.sampled_from(pool))
-    rank = draw(st.integers(1, 3))
+    return _random_mesh(
+        budget,
+        _devices(driver_name),
+        integer=lambda lo, hi: draw(st.integers(lo, hi)),
+        names=lambda rank: tuple(draw(st.permutations(AXIS_POOL))[:rank]),
+        concrete=lambda: draw(st.booleans()),
+        name=lambda: draw(st.sampled_from(MESH_NAMES)),
+    )
+
+
+#: Mesh names the property tests draw from.
+MESH_NAMES = ("", "mesh1")
+
+
+def _random_mesh(
+    budget: int,
+    devices: Sequence[str],
+    *,
+    integer: Callable[[int, int], int],
+    names: Callable[[int], tuple[str, ...]],
+    concrete: Callable[[], bool],
+    name: Callable[[], str],
+) -> MeshParts:
+    """One random mesh of rank 1..3 and at most ``budget`` devices, its choices made by the given
+    functions in this order: rank, each axis size, axis names, concrete or not, mesh name."""
     shape: list[int] = []
-    for _ in range(rank):
-        room = budget // math.prod(shape)
-        shape.append(draw(st.integers(1, max(1, room))))
-    names = tuple(draw(st.permutations(AXIS_POOL))[:rank])
-    size = math.prod(shape)
+    for _ in range(integer(1, 3)):
+        shape.append(integer(1, max(1, budget // math.prod(shape))))
+    axis_names = names(len(shape))
     # A concrete mesh names the driver's first devices, in order: every framework can build it
     # (torch's simulated ranks need a regular grid), and its fetch_layout must keep the names.
-    concrete = draw(st.booleans())
-    devices = _devices(driver_name)[:size] if concrete else None
-    name = draw(st.sampled_from(["", "mesh1"]))
-    return tuple(shape), names, devices, name
+    mesh_devices = tuple(devices[: math.prod(shape)]) if concrete() else None
+    return tuple(shape), axis_names, mesh_devices, name()
 
 
 @functools.lru_cache(maxsize=8)
@@ -92,12 +112,15 @@ def random_mesh_pool(driver_name: str, budget: int, size: int) -> tuple[MeshPart
     rng = random.Random(f"layoutcore-conformance-meshes-{budget}")  # the same pool in every run
     pool: dict[MeshParts, None] = {}
     while len(pool) < size:
-        shape: list[int] = []
-        for _ in range(rng.randint(1, 3)):
-            shape.append(rng.randint(1, max(1, budget // math.prod(shape))))
-        names = tuple(rng.sample(AXIS_POOL, len(shape)))
-        devices = _devices(driver_name)[: math.prod(shape)] if rng.random() < 0.5 else None
-        pool[(tuple(shape), names, devices, rng.choice(["", "mesh1"]))] = None
+        parts = _random_mesh(
+            budget,
+            _devices(driver_name),
+            integer=rng.randint,
+            names=lambda rank: tuple(rng.sample(AXIS_POOL, rank)),
+            concrete=lambda: rng.random() < 0.5,
+            name=lambda: rng.choice(MESH_NAMES),
+        )
+        pool[parts] = None
     return tuple(pool)
 
 
