@@ -117,7 +117,11 @@ result = {
 print("RESULT " + json.dumps(result), flush=True)
 if framework == "jax":
     import jax
+    from jax.experimental import multihost_utils
 
+    # leave together: a process that shuts down while its peer still loads stops sending heartbeats,
+    # and JAX's coordination service then aborts the peer (seen under load: rc -6, "tasks unhealthy")
+    multihost_utils.sync_global_devices("worker:end")
     jax.distributed.shutdown()
 elif framework == "tensorflow":
     from layoutcore.checkpoint._engine import engine_for

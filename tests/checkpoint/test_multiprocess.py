@@ -82,9 +82,12 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
+    # every worker's output on a failure: the one that died first is often not the one that reports it
+    assert all(rc == 0 for rc, _, _ in outputs), f"{framework} worker(s) failed:\n" + "\n".join(
+        f"worker {i} (rc {rc}):\n{out[-2000:]}\n{err[-3000:]}" for i, (rc, out, err) in enumerate(outputs)
+    )
     results = []
-    for rc, out, err in outputs:
-        assert rc == 0, f"{framework} worker failed (rc {rc}):\n{out[-2000:]}\n{err[-4000:]}"
+    for _, out, err in outputs:
         line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
         assert line is not None, f"{framework} worker printed no RESULT:\n{out[-2000:]}\n{err[-4000:]}"
         results.append(json.loads(line[len("RESULT ") :]))
