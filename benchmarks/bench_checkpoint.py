@@ -12,7 +12,9 @@
   with ``posix_fadvise(DONTNEED)`` before each contender: the disk). Also reported: the same
   ratio against ``np.fromfile`` that drops each array before reading the next
   (``fromfile_reused``, the bound of the earlier runs: its pages are recycled, so it pays no
-  page faults, which no load returning 1 GiB can avoid), and ``verify=False``.
+  page faults, which no load returning 1 GiB can avoid), ``np.fromfile`` of the files on as many
+  threads as ``load`` reads with (``fromfile_threads``: ``LAYOUTCORE_CHECKPOINT_THREADS``, by
+  default the cores, at most 4), and ``verify=False``.
 * **peak extra RSS during load** beyond the loaded data (target <= one target shard + 64 MiB),
   sampled from ``/proc/self/statm`` by a thread.
 * **read_plan** for 10 000 tensors on a 1 024-device mesh (32 x 32), target < 2 s.
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
+from layoutcore._config import checkpoint_threads
 from layoutcore.checkpoint import _api as ck_api
 from layoutcore.checkpoint._format import FORMAT_NAME, FORMAT_VERSION
 
@@ -126,9 +130,18 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         for f in files:
             np.fromfile(f, dtype=np.uint8)
 
+    # load reads on checkpoint_threads() threads (page-cache copies, page faults and checksums
+    # run with the GIL released): the same parallelism given to np.fromfile, as a stricter bound
+    threads = checkpoint_threads()
+
+    def fromfile_threads() -> Any:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(lambda f: np.fromfile(f, dtype=np.uint8), files))
+
     warm = {
         "fromfile": fromfile_kept,
         "fromfile_reused": fromfile_reused,
+        "fromfile_threads": fromfile_threads,
         "load": lambda: checkpoint.load(saved, target),
         "load_declared": lambda: checkpoint.load(declared, target),
         "load_noverify": lambda: checkpoint.load(saved, target, verify=False),
@@ -136,6 +149,7 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
     }
     cold = {
         "fromfile_cold": (saved, fromfile_kept),
+        "fromfile_threads_cold": (saved, fromfile_threads),
         "load_cold": (saved, warm["load"]),
         "load_declared_cold": (declared, warm["load_declared"]),
     }
@@ -186,11 +200,15 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
         "load_declared_noverify_vs_fromfile": ("fromfile", "load_declared_noverify"),
         "load_vs_fromfile_reused": ("fromfile_reused", "load"),
         "load_declared_vs_fromfile_reused": ("fromfile_reused", "load_declared"),
+        "load_vs_fromfile_threads": ("fromfile_threads", "load"),
+        "load_declared_vs_fromfile_threads": ("fromfile_threads", "load_declared"),
         "load_cold_vs_fromfile_cold": ("fromfile_cold", "load_cold"),
         "load_declared_cold_vs_fromfile_cold": ("fromfile_cold", "load_declared_cold"),
+        "load_cold_vs_fromfile_threads_cold": ("fromfile_threads_cold", "load_cold"),
     }
     return {
         "state_bytes": nbytes,
+        "load_threads": threads,
         "tensors": n,
         "repetitions": {"save": reps, "load": load_reps},
         "seconds": best,

@@ -17,8 +17,11 @@ __all__ = [
     "CPU_DEVICES_ENV",
     "DEFAULT_BARRIER_TIMEOUT_S",
     "DEFAULT_CPU_DEVICES",
+    "MAX_DEFAULT_THREADS",
+    "THREADS_ENV",
     "ConfigurationError",
     "checkpoint_barrier_timeout",
+    "checkpoint_threads",
     "cpu_device_count",
 ]
 
@@ -30,6 +33,11 @@ DEFAULT_CPU_DEVICES = 8
 BARRIER_TIMEOUT_ENV = "LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"
 #: Seconds a TF multi-client barrier waits when :data:`BARRIER_TIMEOUT_ENV` is unset or empty.
 DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
+#: Environment variable: reader threads of a checkpoint load.
+THREADS_ENV = "LAYOUTCORE_CHECKPOINT_THREADS"
+#: Most reader threads a load starts when :data:`THREADS_ENV` is unset (fewer on fewer cores).
+MAX_DEFAULT_THREADS = 4
 
 _Number = TypeVar("_Number", int, float)
 
@@ -55,6 +63,17 @@ def checkpoint_barrier_timeout() -> float:
         ConfigurationError: the variable is not a positive number.
     """
     return _positive_setting(BARRIER_TIMEOUT_ENV, DEFAULT_BARRIER_TIMEOUT_S, float, "a positive number of seconds")
+
+
+def checkpoint_threads() -> int:
+    """``LAYOUTCORE_CHECKPOINT_THREADS``: reader threads of a checkpoint load (default: the cores
+    this process may run on, at most 4; 1 reads on the calling thread only).
+
+    Raises:
+        ConfigurationError: the variable is not a positive integer.
+    """
+    default = min(MAX_DEFAULT_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    return _positive_setting(THREADS_ENV, max(1, default), int, "a positive integer")
 
 
 def _positive_setting(env: str, default: _Number, parse: Callable[[str], _Number], what: str) -> _Number:

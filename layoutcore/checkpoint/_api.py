@@ -9,14 +9,18 @@ import math
 import os
 import shutil
 import sys
+import threading
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import geometry
+from .._config import checkpoint_threads
 from .._dtypes import dtype_name, numpy_dtype
 from .._errors import CheckpointError, LayoutError, LayoutMismatchError
 from .._layout import Layout
@@ -790,6 +794,145 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
     return out
 
 
+class _Readers:
+    """Reader threads that fill each tensor's host blocks, handing the tensors back in order.
+
+    Reading is page-cache copies (``preadv``), page faults on fresh memory and CRC-32C checks,
+    all of which run with the GIL released, so ``threads`` readers use as many cores. Tensors are
+    read ahead of the caller while they fit in :data:`AHEAD_BYTES`, and the caller packs them (on
+    its own thread: drivers are not asked to be thread-safe), so host memory in flight beyond the
+    tensor being handed over stays bounded. A large
+    tensor is split into several tasks over disjoint sets of its stored pieces. Each thread keeps
+    its own descriptors and read buffer (peak: one slab or stored piece per thread).
+    """
+
+    def __init__(self, root: str, verify: bool, threads: int) -> None:
+        self.root, self.verify, self.threads = root, verify, threads
+        self._local = threading.local()
+        self._fds: list[dict[str, int]] = []
+        self._lock = threading.Lock()
+        self._stack = contextlib.ExitStack()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="layoutcore-load") if threads > 1 else None
+
+    def __enter__(self) -> _Readers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            for fds in self._fds:
+                for fd in fds.values():
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+    def enter(self, cm: Any) -> Any:
+        return self._stack.enter_context(cm)
+
+    def _state(self) -> tuple[dict[str, int], list[np.ndarray[Any, Any]]]:
+        local = self._local
+        if not hasattr(local, "fds"):
+            local.fds, local.scratch = {}, [np.empty(0, dtype=np.uint8)]
+            with self._lock:
+                self._fds.append(local.fds)
+        return local.fds, local.scratch
+
+    def _fill(self, tl: _TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range) -> None:
+        fds, scratch = self._state()
+        read_boxes(
+            self.root,
+            tl.geometry.reads,
+            outs,
+            checkpoint=self.root,
+            fds=fds,
+            tensor_path=tl.path,
+            node=tl.node,
+            scratch=scratch,
+            verify=self.verify,
+            direct=tl.geometry.direct,
+            pieces=pieces,
+        )
+
+    def _start(self, tl: _TensorLoad) -> tuple[_TensorLoad, list[np.ndarray[Any, Any]], list[Any]]:
+        dtype = numpy_dtype(tl.saved.dtype)
+        shapes = [sizes for _, sizes in tl.geometry.reads.boxes]
+        if tl.geometry.direct is not None and None not in tl.geometry.direct:
+            outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
+        else:
+            outs = _blocks(dtype, shapes)
+        parts = _piece_parts(tl.geometry.reads, self.threads)
+        if self._pool is None or tl.geometry.reads.read_bytes < INLINE_BYTES:  # a thread hop costs more
+            for part in parts:
+                self._fill(tl, outs, part)
+            return tl, outs, []
+        return tl, outs, [self._pool.submit(self._fill, tl, outs, part) for part in parts]
+
+    def read(self, plans: Sequence[_TensorLoad]) -> Iterable[tuple[_TensorLoad, list[Any]]]:
+        """Yield ``(tensor, its components in mesh-device order)`` for each of ``plans``, in order.
+
+        Raises:
+            CheckpointError: as :func:`read_boxes`; the first error in plan order, after which no
+                further tensor is handed back.
+        """
+        ahead: deque[tuple[_TensorLoad, list[np.ndarray[Any, Any]], list[Any], int]] = deque()
+        nxt, beyond = 0, 0  # beyond: host bytes of ahead[1:], the tensors read ahead of the caller
+        while ahead or nxt < len(plans):
+            while nxt < len(plans):
+                size = _host_bytes(plans[nxt])
+                if ahead and beyond + size > AHEAD_BYTES:
+                    break
+                beyond += size if ahead else 0
+                ahead.append((*self._start(plans[nxt]), size))
+                nxt += 1
+            tl, outs, futures, _ = ahead.popleft()
+            beyond -= ahead[0][3] if ahead else 0
+            for f in futures:
+                f.result()  # re-raises a reader's CheckpointError here
+            used: set[int] = set()
+            components = []
+            for b in tl.geometry.box_of:
+                # replicas get their own copy: a driver may keep the array, and must own each rank's storage
+                components.append(outs[b] if b not in used else outs[b].copy())
+                used.add(b)
+            yield tl, components
+
+
+def _host_bytes(tl: _TensorLoad) -> int:
+    """Bytes of a tensor's distinct host blocks."""
+    item = numpy_dtype(tl.saved.dtype).itemsize
+    return sum(math.prod(sizes) for _, sizes in tl.geometry.reads.boxes) * item
+
+
+def _piece_parts(reads: TensorReads, threads: int) -> list[range]:
+    """The tensor's stored pieces split into runs of about :data:`TASK_BYTES` read bytes each.
+
+    Pieces fill disjoint parts of the destination blocks (each element is read from one piece),
+    so the runs can be read concurrently. One run when reading is single-threaded.
+    """
+    n = len(reads.pieces)
+    if threads <= 1 or n <= 1 or reads.read_bytes <= TASK_BYTES:
+        return [range(n)]
+    parts, start, acc = [], 0, 0
+    for i, pr in enumerate(reads.pieces):
+        acc += int(pr.runs[:, 1].sum())
+        if acc >= TASK_BYTES:
+            parts.append(range(start, i + 1))
+            start, acc = i + 1, 0
+    if start < n:
+        parts.append(range(start, n))
+    return parts
+
+
+#: A tensor reading fewer bytes is read on the calling thread.
+INLINE_BYTES = 1 << 20
+#: Host bytes of the tensors read ahead of the one the caller waits for, at most.
+AHEAD_BYTES = 64 << 20
+#: Bytes of stored pieces one reader task reads, at least (a large tensor is read as several tasks).
+TASK_BYTES = 16 << 20
+
+
 def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None, verify: bool = True) -> Any:
     """Load a checkpoint into distributed tensors of the selected driver.
 
@@ -804,7 +947,8 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
             the files (sizes are still checked); it saves the checksum time, not bytes.
 
     Each process reads only the byte ranges its local devices need, each byte once, and checks
-    the CRC-32C of every inner chunk it reads whole.
+    the CRC-32C of every inner chunk it reads whole. Reads run on ``LAYOUTCORE_CHECKPOINT_THREADS``
+    threads (default: the cores, at most 4); the driver packs each tensor on the calling thread.
 
     Returns:
         The saved tree structure with each leaf a distributed tensor of the driver.
@@ -813,6 +957,7 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
         CheckpointError: a missing, incomplete or corrupt checkpoint (naming the file and tensor).
         LayoutMismatchError: a ``TensorSpec`` target of another shape or dtype (naming the path).
         UnsupportedLayoutError: the driver cannot express a target layout.
+        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer.
     """
     from ..driver._registry import get_driver
 
@@ -824,42 +969,9 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     with _gc_paused():
         meta, plans, _ = _plan_all(target_path, target, driver=drv)
     values: dict[str, Any] = {}
-    fds: dict[str, int] = {}
-    scratch = [np.empty(0, dtype=np.uint8)]  # one read buffer for the whole load (peak: one stored piece)
-    stack = contextlib.ExitStack()
-    try:
-        advance = stack.enter_context(_progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
-        for tl in plans:
-            dtype = numpy_dtype(tl.saved.dtype)
-            reads = tl.geometry.reads
-            shapes = [sizes for _, sizes in reads.boxes]
-            if tl.geometry.direct is not None and None not in tl.geometry.direct:
-                outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
-            else:
-                outs = _blocks(dtype, shapes)
-            read_boxes(
-                target_path,
-                reads,
-                outs,
-                checkpoint=target_path,
-                fds=fds,
-                tensor_path=tl.path,
-                node=tl.node,
-                scratch=scratch,
-                verify=verify,
-                direct=tl.geometry.direct,
-            )
-            used: set[int] = set()
-            components = []
-            for b in tl.geometry.box_of:
-                # replicas get their own copy: a driver may keep the array, and must own each rank's storage
-                components.append(outs[b] if b not in used else outs[b].copy())
-                used.add(b)
+    with _Readers(target_path, verify, checkpoint_threads()) as readers:
+        advance = readers.enter(_progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
+        for tl, components in readers.read(plans):
             values[tl.path] = drv.pack(components, tl.layout, global_shape=tl.saved.shape)
             advance(tl.geometry.read_bytes)
-    finally:
-        stack.close()
-        for fd in fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
     return _rebuild(meta["tree"], values)

@@ -300,6 +300,7 @@ def read_boxes(
     scratch: list[np.ndarray[Any, Any]] | None = None,
     verify: bool = True,
     direct: Sequence[tuple[int, int, int] | None] | None = None,
+    pieces: range | None = None,
 ) -> None:
     """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
 
@@ -313,6 +314,8 @@ def read_boxes(
     one-element list holding a uint8 array) is a read buffer reused across pieces and calls.
     ``verify=False`` skips the checksums (the bytes read stay the same). ``direct`` is
     :func:`direct_slots` of ``reads``, for a caller that reads many tensors of one geometry.
+    ``pieces`` (default: all) limits the work to those indexes of ``reads.pieces``; calls over
+    disjoint ranges write disjoint parts of ``out`` and may run in different threads.
 
     Raises:
         CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
@@ -335,7 +338,8 @@ def read_boxes(
     scratch = [np.empty(0, dtype=np.uint8)] if scratch is None else scratch
     flat: list[np.ndarray[Any, Any] | None] = [None] * len(out)  # uint8 views of the destinations
     try:
-        for i, pr in enumerate(reads.pieces):
+        for i in range(len(reads.pieces)) if pieces is None else pieces:
+            pr = reads.pieces[i]
             piece = tensor.pieces[pr.piece]
             file = _joined(node, piece.file)
             fd = _open(root, file, opened, name, tpath)

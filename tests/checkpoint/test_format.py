@@ -192,3 +192,29 @@ def test_import_checkpoint_imports_no_framework() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_crc32c_matches_the_standard_check_value_on_every_path() -> None:
+    """CRC-32C of b"123456789" is 0xE3069283 (RFC 3720, B.4): the ctypes, google-crc32c and table paths."""
+    from layoutcore.checkpoint import _crc
+
+    check = b"123456789"
+    arr = np.frombuffer(check, dtype=np.uint8).copy()
+    assert _crc.crc32c(check) == 0xE3069283
+    assert _crc.crc32c(arr) == 0xE3069283  # the GIL-releasing path when the library was found
+    assert _crc.crc32c(arr[4:], _crc.crc32c(arr[:4])) == 0xE3069283
+    ro = arr.copy()
+    ro.flags.writeable = False
+    assert _crc.crc32c(ro.reshape(3, 3)) == 0xE3069283
+    assert _crc.crc32c(np.zeros(0, dtype=np.float32)) == 0
+    values = np.arange(12345, dtype=np.float32)
+    saved = (_crc._extend, _crc._g)
+    try:
+        expected = _crc.crc32c(values)
+        _crc._extend = None  # google-crc32c's own API
+        assert _crc.crc32c(values) == expected
+        _crc._g = None  # the table-driven fallback
+        assert _crc.crc32c(check) == 0xE3069283
+        assert _crc.crc32c(values[:100]) == saved[1].value(values[:100].tobytes())
+    finally:
+        _crc._extend, _crc._g = saved

@@ -1,0 +1,117 @@
+"""A load's reader threads: the same data as one thread, errors in order, a bad setting refused.
+
+The tensors here are small, so the thresholds that keep small tensors on the calling thread and
+bound the read-ahead are lowered to put every tensor, split into several piece tasks, on the pool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import layoutcore as lc
+from layoutcore import CheckpointError, ConfigurationError, Layout, Mesh, checkpoint
+from layoutcore._dtypes import as_bits, numpy_dtype
+from layoutcore.checkpoint import _api
+
+MESH8 = Mesh((8,), ("x",))
+MESH42 = Mesh((4, 2), ("a", "b"))
+
+
+def _value(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = numpy_dtype(dtype)
+    return rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8).view(dt).reshape(shape)
+
+
+@pytest.fixture
+def on_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_api, "INLINE_BYTES", 0)  # every tensor goes to the reader threads
+    monkeypatch.setattr(_api, "TASK_BYTES", 3000)  # a few stored pieces per task
+    monkeypatch.setattr(_api, "AHEAD_BYTES", 20_000)  # a few tensors read ahead
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "3")
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    oracle, tree = {}, {}
+    layouts = [Layout(("x", None), MESH8), Layout(("a", "b"), MESH42), Layout((None, ("a", "b")), MESH42)]
+    for i in range(12):
+        dtype = ("float32", "bfloat16", "int64")[i % 3]
+        oracle[f"t{i}"] = v = _value((48 + 8 * i, 40), dtype, i)
+        tree[f"t{i}"] = lc.distribute_tensor(v, layouts[i % 3])
+    path = tmp_path / "ckpt"
+    checkpoint.save(path, tree, read_layouts={"t0": Layout((None, "x"), MESH8)})
+    return path, oracle
+
+
+TARGETS = {
+    "columns": Layout((None, "x"), MESH8),  # t0's declared layout: chunks read straight into blocks
+    "rows over two axes": Layout((("b", "a"), None), MESH42),
+    "uneven": Layout(("b", "a"), Mesh((2, 3), ("a", "b"))),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_threads_load_the_same_bits_as_the_oracle(
+    saved: tuple[Path, dict[str, np.ndarray]], on_the_pool: None, target: str
+) -> None:
+    path, oracle = saved
+    layout = TARGETS[target]
+    out = checkpoint.load(path, {k: layout for k in oracle})
+    assert list(out) == list(oracle)  # tensors handed back in order
+    for k, v in oracle.items():
+        assert out[k].layout == layout
+        assert np.array_equal(as_bits(lc.to_numpy(out[k])), as_bits(v)), k
+        for block, index in zip(lc.unpack(out[k]), layout.device_slices(v.shape), strict=True):
+            assert np.array_equal(as_bits(np.asarray(block)), as_bits(v[index])), k
+
+
+def test_a_corrupt_piece_read_by_a_thread_raises_naming_it(
+    saved: tuple[Path, dict[str, np.ndarray]], on_the_pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, oracle = saved
+    shard = path / "t7" / "c" / "3" / "1"  # t7: (104, 40) on 4x2, its block (3, 1)
+    data = bytearray(shard.read_bytes())
+    data[7] ^= 0x01
+    shard.write_bytes(bytes(data))
+    packed: list[str] = []
+    pack = lc.get_driver().pack
+
+    def recording_pack(components, layout, global_shape=None):  # type: ignore[no-untyped-def]
+        packed.append(str(global_shape))
+        return pack(components, layout, global_shape=global_shape)
+
+    monkeypatch.setattr(type(lc.get_driver()), "pack", lambda self, *a, **k: recording_pack(*a, **k))
+    with pytest.raises(CheckpointError, match=r"checksum mismatch.*t7/c/3/1") as info:
+        checkpoint.load(path, {k: Layout((None, "x"), MESH8) for k in oracle})
+    assert info.value.tensor == "t7"
+    order = list(checkpoint.inspect(path).tensors)  # the order a load reads and hands tensors over
+    before = order[: order.index("t7")]
+    assert packed == [str(oracle[k].shape) for k in before]  # nothing after the corrupt tensor
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "two", "1.5"])
+def test_a_bad_thread_count_is_refused(
+    saved: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", raw)
+    with pytest.raises(ConfigurationError, match="LAYOUTCORE_CHECKPOINT_THREADS") as info:
+        checkpoint.load(saved[0])
+    assert info.value.value == raw
+
+
+def test_one_thread_reads_on_the_caller(
+    saved: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a pool was started")
+
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "1")
+    monkeypatch.setattr(_api, "INLINE_BYTES", 0)
+    monkeypatch.setattr(_api, "ThreadPoolExecutor", no_pool)
+    out = checkpoint.load(saved[0])
+    for k, v in saved[1].items():
+        assert np.array_equal(as_bits(lc.to_numpy(out[k])), as_bits(v))
