@@ -13,11 +13,16 @@ device runs the plan's rectangles:
 * each device's source block enters as its own shard, without a copy
   (``make_array_from_single_device_arrays``; a device of the target mesh outside the source mesh
   enters an empty block of the source block's shape);
-* the rectangles are grouped into rounds of one shape in which each device sends at most one and
-  receives at most one (a device idle in a round rewrites what it holds, a select over the piece); a round is one ``ppermute`` (an XLA ``collective-permute``) over exactly
-  those pairs, so it carries exactly the rounds' rectangles, and ``dynamic_slice`` /
-  ``dynamic_update_slice`` at per-device offsets (tables indexed by ``axis_index``) cut and place them;
-* what a device already holds of its target block is copied locally;
+* the rectangles are grouped by shape, and what a device keeps of its source block for its target
+  block counts as a rectangle it sends to itself; each group is split into the fewest rounds in
+  which each device sends at most one and receives at most one (a bipartite edge colouring: as
+  many rounds as the busiest device has rectangles). A round is one ``ppermute`` (an XLA
+  ``collective-permute``) over exactly those pairs, so it carries exactly the rounds' rectangles
+  (a pair ``(i, i)`` copies on the device and moves nothing), and ``dynamic_slice`` /
+  ``dynamic_update_slice`` at per-device offsets (tables indexed by ``axis_index``) cut and place
+  them. In the even relayouts every device sends and receives the same number of rectangles, so
+  every device takes part in every round; a device idle in a round rewrites what it holds (a
+  select over the piece);
 * each device's result shard becomes the target array's shard, again without a copy.
 
 Collectives move bits: bfloat16, bool and int64 arrive bit for bit. Inside ``jax.jit`` (tracers)
@@ -203,18 +208,79 @@ def _blocks(layout: Layout, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def _matchings(items: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, Any]]]:
-    """Split ``(src, dst, payload)`` items into rounds where each src sends and each dst receives at most once."""
-    rounds: list[tuple[set[int], set[int], list[tuple[int, int, Any]]]] = []
-    for src, dst, payload in items:
-        for senders, receivers, members in rounds:
-            if src not in senders and dst not in receivers:
-                senders.add(src)
-                receivers.add(dst)
-                members.append((src, dst, payload))
-                break
+    """Split ``(src, dst, payload)`` items into the fewest rounds in which each src sends and each dst
+    receives at most once: as many as the busiest device has items (König's edge colouring).
+
+    The bipartite multigraph senders -> receivers is padded to a regular one with placeholder
+    edges, and a perfect matching (Kuhn's augmenting paths) is peeled off per round; placeholders
+    are dropped. Where every device sends and receives the same number of items (the usual even
+    relayout, with what a device keeps counted as a send to itself), every device then takes part
+    in every round, and no round needs a select for idle devices.
+    """
+    if not items:
+        return []
+    senders = sorted({src for src, _, _ in items})
+    receivers = sorted({dst for _, dst, _ in items})
+    left = {d: i for i, d in enumerate(senders)}
+    right = {d: i for i, d in enumerate(receivers)}
+    n = max(len(senders), len(receivers))
+    out_deg, in_deg = [0] * n, [0] * n
+    # edges[l][r] = list of item indexes (None: a placeholder)
+    edges: list[dict[int, list[int | None]]] = [{} for _ in range(n)]
+    for k, (src, dst, _) in enumerate(items):
+        i, j = left[src], right[dst]
+        edges[i].setdefault(j, []).append(k)
+        out_deg[i] += 1
+        in_deg[j] += 1
+    degree = max(max(out_deg), max(in_deg))
+    short_right = [j for j in range(n) for _ in range(degree - in_deg[j])]
+    at = 0
+    for i in range(n):
+        for _ in range(degree - out_deg[i]):
+            edges[i].setdefault(short_right[at], []).append(None)
+            at += 1
+    rounds = []
+    for _ in range(degree):
+        match_of_right: list[int | None] = [None] * n
+        for i in range(n):
+            _augment(i, edges, match_of_right, [False] * n)
+        members = []
+        for j, i in enumerate(match_of_right):
+            assert i is not None  # a regular bipartite multigraph has a perfect matching (Hall)
+            k = edges[i][j].pop()
+            if not edges[i][j]:
+                del edges[i][j]
+            if k is not None:
+                members.append(items[k])
+        rounds.append(members)
+    return rounds
+
+
+def _augment(
+    i: int, edges: list[dict[int, list[int | None]]], match_of_right: list[int | None], seen: list[bool]
+) -> bool:
+    """Kuhn's step: match left vertex ``i``, re-matching others along an augmenting path."""
+    stack = [(i, iter(edges[i]))]
+    path: list[tuple[int, int]] = []  # (left, right) edges of the path so far
+    while stack:
+        node, rights = stack[-1]
+        for j in rights:
+            if seen[j]:
+                continue
+            seen[j] = True
+            owner = match_of_right[j]
+            if owner is None:
+                for li, rj in [*path, (node, j)]:
+                    match_of_right[rj] = li
+                return True
+            path.append((node, j))
+            stack.append((owner, iter(edges[owner])))
+            break
         else:
-            rounds.append(({src}, {dst}, [(src, dst, payload)]))
-    return [members for _, _, members in rounds]
+            stack.pop()
+            if path:
+                path.pop()
+    return False
 
 
 def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -> _Program:
@@ -245,8 +311,10 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     for q, d in enumerate(target_mesh.devices):
         target_of[where[d]] = q
 
-    # What each device keeps: its source block's overlap with its target block, grouped by shape.
-    keeps: dict[tuple[int, ...], list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {}
+    # The rectangles, by shape: each transfer of the plan, and what each device keeps of its source
+    # block for its target block (a "send" to itself: a collective-permute pair (i, i) copies locally
+    # and moves nothing), so that rounds can be perfect matchings with no idle device.
+    by_shape: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
     for i in range(u):
         held, wanted = source_of[i], target_of[i]
         if held is None or wanted is None:
@@ -261,20 +329,11 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
             size = tuple(h - lo_ for lo_, h in zip(lo, hi, strict=True))
             at_src = tuple(a - s for a, s in zip(lo, src_starts[p], strict=True))
             at_dst = tuple(a - s for a, s in zip(lo, dst_starts[q], strict=True))
-            keeps.setdefault(size, []).append((i, at_src, at_dst))
-    keep_tables = []
-    for size, kept in keeps.items():
-        take = np.zeros((u, rank), np.int32)
-        put = np.zeros((u, rank), np.int32)
-        keeping = np.zeros(u, bool)
-        for i, src_at, dst_at in kept:
-            take[i], put[i], keeping[i] = src_at, dst_at, True
-        keep_tables.append((size, take, put, keeping))
-
-    # The transfers, by rectangle shape, in rounds of one send and one receive per device.
-    by_shape: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
+            by_shape.setdefault(size, []).append((i, i, (at_src, at_dst)))
     for t in plan.transfers:
         i, j = where[source_mesh.devices[t.src]], where[target_mesh.devices[t.dst]]
+        if i == j:  # the device's own overlap, kept above
+            continue
         size = tuple(s.stop - s.start for s in t.index)
         offsets = (
             tuple(s.start - a for s, a in zip(t.index, src_starts[t.src], strict=True)),
@@ -304,12 +363,10 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     def body(block: Any) -> Any:
         index = jax.lax.axis_index(_AXIS)
         out = jnp.zeros(target_block, block.dtype)
-        for size, take, put, keeping in keep_tables:
-            piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(take)[index]), size)
-            out = place(out, piece, tuple(jnp.asarray(put)[index]), keeping, index)
         for r in rounds:
             piece = jax.lax.dynamic_slice(block, tuple(jnp.asarray(r.send_at)[index]), r.shape)
-            piece = jax.lax.ppermute(piece, _AXIS, r.pairs)
+            if any(a != b for a, b in r.pairs):  # a round where every device keeps needs no collective
+                piece = jax.lax.ppermute(piece, _AXIS, r.pairs)
             out = place(out, piece, tuple(jnp.asarray(r.receive_at)[index]), r.receives, index)
         return out
 
