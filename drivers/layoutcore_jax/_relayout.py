@@ -245,13 +245,13 @@ def _matchings(items: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, A
         for i in range(n):
             _augment(i, edges, match_of_right, [False] * n)
         members = []
-        for j, i in enumerate(match_of_right):
-            assert i is not None  # a regular bipartite multigraph has a perfect matching (Hall)
-            k = edges[i][j].pop()
-            if not edges[i][j]:
-                del edges[i][j]
-            if k is not None:
-                members.append(items[k])
+        for j, owner in enumerate(match_of_right):
+            assert owner is not None  # a regular bipartite multigraph has a perfect matching (Hall)
+            item = edges[owner][j].pop()
+            if not edges[owner][j]:
+                del edges[owner][j]
+            if item is not None:
+                members.append(items[item])
         rounds.append(members)
     return rounds
 

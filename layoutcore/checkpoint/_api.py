@@ -9,11 +9,9 @@ import math
 import os
 import shutil
 import sys
-import threading
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +38,7 @@ from ._format import (
 )
 from ._meta import META, CheckpointInfo, _info_from_meta, _read_meta, _stored_geometry
 from ._read_plan import TensorReads, direct_slots, merge_ranges, plan_tensor, read_boxes
+from ._threads import AHEAD_BYTES, ThreadWork, WriteQueue
 
 __all__ = ["CheckpointInfo", "ReadPlan", "inspect", "load", "read_plan", "save"]
 
@@ -331,12 +330,11 @@ def save(
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
         engine.barrier(f"layoutcore.checkpoint.save:start:{target}", path=target)
-    stack = contextlib.ExitStack()
+    writers = WriteQueue(checkpoint_threads(), "layoutcore-save")
     try:
         entries, files, total = {}, [], 0
         groups: set[str] = set()
-        advance = stack.enter_context(_progress("saving", sum(lf.spec.nbytes for _, lf in prepared)))
-        scratch = [np.empty(0, dtype=np.uint8)]  # chunk gathering buffer, reused for every shard
+        advance = writers.enter(_progress("saving", sum(lf.spec.nbytes for _, lf in prepared)))
         for leaf_path, leaf in prepared:
             spec = leaf.spec
             storage = _storage(leaf_path, spec, read_layouts)
@@ -345,8 +343,8 @@ def save(
             for p, index in owners.items():
                 # plain values are the same on every process: the first process writes them
                 if p in local and (not leaf.plain or engine.rank == 0):
-                    block = _host_component(leaf, leaf.components[local[p]])
-                    write_shard(tmp, storage, index, block, scratch)
+                    block = _host_component(leaf, leaf.components[local[p]])  # on this thread: drivers
+                    writers.submit(block.nbytes, _write_block, writers, tmp, storage, index, block)
                 files.append(storage.shard_file(index))
             advance(spec.nbytes)
             total += spec.nbytes
@@ -376,6 +374,7 @@ def save(
             "tree": structure,
             "files": sorted(files),
         }
+        writers.wait()
         if sync:
             _fsync_tree(tmp, mine_only=engine.size > 1)
         engine.barrier(f"layoutcore.checkpoint.save:written:{target}", path=target)  # every shard is on disk
@@ -400,12 +399,18 @@ def save(
                 _fsync_path(parent)
         engine.barrier(f"layoutcore.checkpoint.save:committed:{target}", path=target)
     except BaseException:
+        writers.close()  # no writer may still be writing into tmp while it is removed
         if engine.size == 1:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        stack.close()
+        writers.close()
     return _info_from_meta(target, meta)
+
+
+def _write_block(writers: WriteQueue, tmp: str, storage: ArrayStorage, index: tuple[int, ...], block: Any) -> None:
+    """One shard file, on a writer thread, gathering chunks into that thread's reusable buffer."""
+    write_shard(tmp, storage, index, block, writers.state()[1])
 
 
 def _fsync_path(p: str) -> None:
@@ -794,53 +799,22 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
     return out
 
 
-class _Readers:
+class _Readers(ThreadWork):
     """Reader threads that fill each tensor's host blocks, handing the tensors back in order.
 
-    Reading is page-cache copies (``preadv``), page faults on fresh memory and CRC-32C checks,
-    all of which run with the GIL released, so ``threads`` readers use as many cores. Tensors are
-    read ahead of the caller while they fit in :data:`AHEAD_BYTES`, and the caller packs them (on
-    its own thread: drivers are not asked to be thread-safe), so host memory in flight beyond the
-    tensor being handed over stays bounded. A large
-    tensor is split into several tasks over disjoint sets of its stored pieces. Each thread keeps
-    its own descriptors and read buffer (peak: one slab or stored piece per thread).
+    Tensors are read ahead of the caller while they fit in :data:`AHEAD_BYTES`, and the caller
+    packs them (on its own thread: drivers are not asked to be thread-safe), so host memory in
+    flight beyond the tensor being handed over stays bounded. A large tensor is split into several
+    tasks over disjoint sets of its stored pieces. Each thread keeps its own descriptors and read
+    buffer (peak: one slab or stored piece per thread).
     """
 
     def __init__(self, root: str, verify: bool, threads: int) -> None:
-        self.root, self.verify, self.threads = root, verify, threads
-        self._local = threading.local()
-        self._fds: list[dict[str, int]] = []
-        self._lock = threading.Lock()
-        self._stack = contextlib.ExitStack()
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="layoutcore-load") if threads > 1 else None
-
-    def __enter__(self) -> _Readers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._stack.close()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-            for fds in self._fds:
-                for fd in fds.values():
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-
-    def enter(self, cm: Any) -> Any:
-        return self._stack.enter_context(cm)
-
-    def _state(self) -> tuple[dict[str, int], list[np.ndarray[Any, Any]]]:
-        local = self._local
-        if not hasattr(local, "fds"):
-            local.fds, local.scratch = {}, [np.empty(0, dtype=np.uint8)]
-            with self._lock:
-                self._fds.append(local.fds)
-        return local.fds, local.scratch
+        super().__init__(threads, "layoutcore-load")
+        self.root, self.verify = root, verify
 
     def _fill(self, tl: _TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range) -> None:
-        fds, scratch = self._state()
+        fds, scratch = self.state()
         read_boxes(
             self.root,
             tl.geometry.reads,
@@ -863,11 +837,11 @@ class _Readers:
         else:
             outs = _blocks(dtype, shapes)
         parts = _piece_parts(tl.geometry.reads, self.threads)
-        if self._pool is None or tl.geometry.reads.read_bytes < INLINE_BYTES:  # a thread hop costs more
+        if self.pool is None or tl.geometry.reads.read_bytes < INLINE_BYTES:  # a thread hop costs more
             for part in parts:
                 self._fill(tl, outs, part)
             return tl, outs, []
-        return tl, outs, [self._pool.submit(self._fill, tl, outs, part) for part in parts]
+        return tl, outs, [self.pool.submit(self._fill, tl, outs, part) for part in parts]
 
     def read(self, plans: Sequence[_TensorLoad]) -> Iterable[tuple[_TensorLoad, list[Any]]]:
         """Yield ``(tensor, its components in mesh-device order)`` for each of ``plans``, in order.
@@ -927,8 +901,6 @@ def _piece_parts(reads: TensorReads, threads: int) -> list[range]:
 
 #: A tensor reading fewer bytes is read on the calling thread.
 INLINE_BYTES = 1 << 20
-#: Host bytes of the tensors read ahead of the one the caller waits for, at most.
-AHEAD_BYTES = 64 << 20
 #: Bytes of stored pieces one reader task reads, at least (a large tensor is read as several tasks).
 TASK_BYTES = 16 << 20
 

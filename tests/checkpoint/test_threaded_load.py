@@ -1,4 +1,5 @@
-"""A load's reader threads: the same data as one thread, errors in order, a bad setting refused.
+"""Checkpoint I/O threads: a load's readers and a save's writers give the same data and files as
+one thread, errors surface (in order, for a load), a bad setting is refused.
 
 The tensors here are small, so the thresholds that keep small tensors on the calling thread and
 bound the read-ahead are lowered to put every tensor, split into several piece tasks, on the pool.
@@ -14,7 +15,7 @@ import pytest
 import layoutcore as lc
 from layoutcore import CheckpointError, ConfigurationError, Layout, Mesh, checkpoint
 from layoutcore._dtypes import as_bits, numpy_dtype
-from layoutcore.checkpoint import _api
+from layoutcore.checkpoint import _api, _threads
 
 MESH8 = Mesh((8,), ("x",))
 MESH42 = Mesh((4, 2), ("a", "b"))
@@ -31,6 +32,7 @@ def on_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_api, "INLINE_BYTES", 0)  # every tensor goes to the reader threads
     monkeypatch.setattr(_api, "TASK_BYTES", 3000)  # a few stored pieces per task
     monkeypatch.setattr(_api, "AHEAD_BYTES", 20_000)  # a few tensors read ahead
+    monkeypatch.setattr(_threads, "AHEAD_BYTES", 20_000)  # a few blocks queued for the writers
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "3")
 
 
@@ -111,7 +113,54 @@ def test_one_thread_reads_on_the_caller(
 
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "1")
     monkeypatch.setattr(_api, "INLINE_BYTES", 0)
-    monkeypatch.setattr(_api, "ThreadPoolExecutor", no_pool)
+    monkeypatch.setattr(_threads, "ThreadPoolExecutor", no_pool)
     out = checkpoint.load(saved[0])
     for k, v in saved[1].items():
         assert np.array_equal(as_bits(lc.to_numpy(out[k])), as_bits(v))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_writer_threads_write_the_same_files_as_one_thread(
+    saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture saved on the default threads; the same tree saved on one thread and on 3 with a
+    small queue gives byte-identical files (every shard, checksum and metadata)."""
+    path, oracle = saved
+    tree = checkpoint.load(path)
+    read_layouts = {"t0": Layout((None, "x"), MESH8)}
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "1")
+    checkpoint.save(tmp_path / "one", tree, read_layouts=read_layouts)
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "3")
+    monkeypatch.setattr(_threads, "AHEAD_BYTES", 5000)
+    checkpoint.save(tmp_path / "three", tree, read_layouts=read_layouts)
+    one, three = _files(tmp_path / "one"), _files(tmp_path / "three")
+    assert len(one) > 12 * 8 and one.keys() == three.keys()
+    assert [k for k in one if one[k] != three[k]] == []
+
+
+def test_a_failing_writer_thread_fails_the_save_and_commits_nothing(
+    saved: tuple[Path, dict[str, np.ndarray]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    tree = checkpoint.load(saved[0])
+    write_shard = _api.write_shard
+    where: list[str] = []
+
+    def failing(root, storage, index, block, scratch):  # type: ignore[no-untyped-def]
+        if storage.node == "t4" and tuple(index) == (2, 0):  # t4: rows over a, columns over b
+            where.append(threading.current_thread().name)
+            raise OSError(28, "No space left on device")
+        return write_shard(root, storage, index, block, scratch)
+
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "2")
+    monkeypatch.setattr(_api, "write_shard", failing)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint.save(out / "ckpt", tree)
+    assert where and where[0].startswith("layoutcore-save")  # it failed on a writer thread
+    assert list(out.iterdir()) == []  # no checkpoint, no temporary directory left
