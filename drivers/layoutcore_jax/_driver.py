@@ -301,7 +301,11 @@ class JaxDriver(Driver):
         # of a NumPy input zero-copy (may_alias=False does not stop it in jax 0.10.2), so a later write by
         # the caller would show through. Small inputs are copied first (cheaper than checking); large ones
         # are placed, checked for aliasing shards, and placed again from a private copy only if one aliases.
-        if value.nbytes <= _COPY_BELOW_BYTES:
+        # Across processes every process must make the same device_put calls: each one checks that the
+        # value is equal on all processes (a collective), and whether JAX aliases a block depends on
+        # this process's allocation (64-byte alignment). A second, data-dependent device_put here ran a
+        # collective its peer did not (gloo: "Received data size doesn't match"), so copy up front.
+        if value.nbytes <= _COPY_BELOW_BYTES or not sharding.is_fully_addressable:
             return _array(self._jax.device_put(value.copy(), sharding))
         out = _array(self._jax.device_put(value, sharding))
         low = value.ctypes.data

@@ -84,7 +84,7 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
                 p.wait()
     # every worker's output on a failure: the one that died first is often not the one that reports it
     assert all(rc == 0 for rc, _, _ in outputs), f"{framework} worker(s) failed:\n" + "\n".join(
-        f"worker {i} (rc {rc}):\n{out[-2000:]}\n{err[-3000:]}" for i, (rc, out, err) in enumerate(outputs)
+        f"worker {i} (rc {rc}):\n{out[-2000:]}\n{err[-8000:]}" for i, (rc, out, err) in enumerate(outputs)
     )
     results = []
     for _, out, err in outputs:
@@ -162,7 +162,7 @@ def test_a_peer_dying_before_its_save_gives_checkpoint_error_and_no_checkpoint(c
                 p.send_signal(signal.SIGKILL)
             p.wait()
     line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
-    assert line is not None, f"process 0 gave no result (rc {procs[0].returncode}):\n{err[-3000:]}"
+    assert line is not None, f"process 0 gave no result (rc {procs[0].returncode}):\n{err[-8000:]}"
     result = json.loads(line[len("RESULT ") :])
     assert result["error"] is not None and result["error"]["type"] == "CheckpointError", result
     assert "barrier" in result["error"]["message"] and "nothing was committed" in result["error"]["message"]

@@ -38,7 +38,26 @@ t = lc.distribute_tensor(G, rows, driver="jax")
 cols = lc.Layout((None, ("x", "y")), mesh)
 moved = lc.relayout(t, cols, driver="jax")  # rows held by the other process move here
 repacked = lc.pack(driver.unpack(moved), cols, global_shape=G.shape, driver="jax")
+# A large NumPy input, 64-byte aligned in process 0 (JAX may alias it zero-copy) and not in process 1:
+# every process must still make the same collectives (device_put checks the value across processes).
+big = np.arange(512 * 1024, dtype=np.float32).reshape(1024, 512)  # 2 MiB: above the small-input copy
+raw = np.empty(big.nbytes + 128, dtype=np.uint8)
+start = (-raw.ctypes.data) % 64 + (0 if process_id == 0 else 4)
+placed = raw[start : start + big.nbytes].view(np.float32).reshape(big.shape)
+placed[...] = big
+aligned = lc.distribute_tensor(placed, rows, driver="jax")
+placed[...] = -1  # a snapshot: the caller's later writes do not show through
+after = lc.distribute_tensor(G, cols, driver="jax")  # the next collective lines up with the peer's
 result = {
+    "aligned_input": placed.ctypes.data % 64 == 0,
+    "aligned_ok": all(
+        np.array_equal(np.asarray(c), big[rows.device_slices(big.shape)[p]])
+        for c, p in zip(driver.unpack(aligned), local, strict=True)
+    ),
+    "after_ok": all(
+        np.array_equal(np.asarray(c), G[cols.device_slices(G.shape)[p]])
+        for c, p in zip(driver.unpack(after), local, strict=True)
+    ),
     "process_index": jax.process_index(),
     "devices": driver.list_devices(),
     "bound": list(devices),
