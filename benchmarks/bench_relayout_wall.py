@@ -3,6 +3,7 @@
 ::
 
     PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_wall.py jax           # 8 CPU devices
+    PYTHONPATH=.:drivers .tox/jax/bin/python benchmarks/bench_relayout_wall.py jax-64mib     # the same, 64 MiB
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-gloo  # 4 gloo processes
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-simulation
 
@@ -17,7 +18,8 @@
   what XLA runs for the move inside ``jax.jit``): ``device_put`` of a fully addressable array that
   no source shard already holds takes another path, through host memory (jax 0.10.2
   ``shard_sharded_device_array_slow_path`` gathers the whole array with ``x._value`` and scatters it
-  again), so on CPU devices it is two memory copies and runs no collective at all.
+  again), so on CPU devices it is two memory copies and runs no collective at all. ``jax-64mib``
+  runs the same at 4096x4096 (64 MiB, the torch gloo size), 15 rounds.
 * **torch gloo** (4 processes on 127.0.0.1, one rank each, 4096x4096 float32 = 64 MiB):
   ``lc.relayout`` against ``DTensor.redistribute`` on a 2x2 mesh; each call starts after a barrier
   and its time is the slowest rank's. Target ``layoutcore / redistribute <= 1.0`` on the changed
@@ -26,7 +28,7 @@
 * **torch simulation** (8 simulated ranks, 1 KiB and 1 MiB): where torch's own plan is kept (x -> None,
   S0 -> S1), ``lc.relayout`` against *before* (plan off): the cost of reading torch's plan, target ``<= 1.05``.
 
-Results: ``results/bench_relayout_wall.<jax|torch-gloo|torch-simulation>.json``.
+Results: ``results/bench_relayout_wall.<jax|jax-64mib|torch-gloo|torch-simulation>.json``.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def _summary(times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> dic
 # ------------------------------------------------------------------------------------------------
 # JAX
 # ------------------------------------------------------------------------------------------------
-def measure_jax(rounds: int = 30) -> dict[str, Any]:
+def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict[str, Any]:
     import jax
     import numpy as np
     from layoutcore_jax import _relayout
@@ -108,7 +110,6 @@ def measure_jax(rounds: int = 30) -> dict[str, Any]:
     line = lc.Mesh((8,), ("x",), devices=devices)
     grid = lc.Mesh((4, 2), ("x", "y"), devices=devices)
     flat = lc.Mesh((8,), ("z",), devices=devices)
-    shape = (2048, 2048)
     cases = {
         "(x,y) -> (y,x) on 4x2": (lc.Layout(["x", "y"], grid), lc.Layout(["y", "x"], grid)),
         "(x,y) -> (None,(x,y)) on 4x2": (lc.Layout(["x", "y"], grid), lc.Layout([None, ("x", "y")], grid)),
@@ -319,7 +320,12 @@ def main(argv: list[str]) -> int:
     if what == "torch-gloo-worker":
         _gloo_worker(int(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
         return 0
-    measures = {"jax": measure_jax, "torch-gloo": measure_torch_gloo, "torch-simulation": measure_torch_simulation}
+    measures = {
+        "jax": measure_jax,
+        "jax-64mib": functools.partial(measure_jax, 15, (4096, 4096)),
+        "torch-gloo": measure_torch_gloo,
+        "torch-simulation": measure_torch_simulation,
+    }
     if what not in measures:
         print(__doc__)
         return 2

@@ -483,7 +483,12 @@ TABLES: tuple[Table, ...] = (
                 for case in _cases(f"bench_relayout_wall.{run}.json")
             ),
         )
-        for run, label in (("jax", "JAX"), ("torch-simulation", "torch simulation"), ("torch-gloo", "torch gloo"))
+        for run, label in (
+            ("jax", "JAX"),
+            ("jax-64mib", "JAX, 64 MiB"),
+            ("torch-simulation", "torch simulation"),
+            ("torch-gloo", "torch gloo"),
+        )
     ),
     Table(
         "bench_spmd",
