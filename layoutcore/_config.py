@@ -34,9 +34,9 @@ BARRIER_TIMEOUT_ENV = "LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"
 #: Seconds a TF multi-client barrier waits when :data:`BARRIER_TIMEOUT_ENV` is unset or empty.
 DEFAULT_BARRIER_TIMEOUT_S = 300.0
 
-#: Environment variable: reader threads of a checkpoint load.
+#: Environment variable: worker threads of a checkpoint save or load.
 THREADS_ENV = "LAYOUTCORE_CHECKPOINT_THREADS"
-#: Most reader threads a load starts when :data:`THREADS_ENV` is unset (fewer on fewer cores).
+#: Most worker threads a save or load starts when :data:`THREADS_ENV` is unset (fewer on fewer cores).
 MAX_DEFAULT_THREADS = 4
 
 _Number = TypeVar("_Number", int, float)
@@ -66,8 +66,8 @@ def checkpoint_barrier_timeout() -> float:
 
 
 def checkpoint_threads() -> int:
-    """``LAYOUTCORE_CHECKPOINT_THREADS``: reader threads of a checkpoint load (default: the cores
-    this process may run on, at most 4; 1 reads on the calling thread only).
+    """``LAYOUTCORE_CHECKPOINT_THREADS``: worker threads of a checkpoint save or load (default: the
+    cores this process may run on, at most 4; 1 reads and writes on the calling thread only).
 
     Raises:
         ConfigurationError: the variable is not a positive integer.

@@ -25,6 +25,7 @@ from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._mesh import Mesh
 from .._tensor_spec import TensorSpec, device_bounds
+from . import _threads
 from ._engine import engine_for
 from ._format import (
     FORMAT_NAME,
@@ -38,7 +39,7 @@ from ._format import (
 )
 from ._meta import META, CheckpointInfo, _info_from_meta, _read_meta, _stored_geometry
 from ._read_plan import TensorReads, direct_slots, merge_ranges, plan_tensor, read_boxes
-from ._threads import AHEAD_BYTES, ThreadWork, WriteQueue
+from ._threads import ThreadWork, WriteQueue
 
 __all__ = ["CheckpointInfo", "ReadPlan", "inspect", "load", "read_plan", "save"]
 
@@ -304,10 +305,12 @@ def save(
     ``jax.distributed``, a torch process group) every process calls ``save``; the commit
     follows a barrier on the framework's engine, and every process returns after it. The checkpoint appears at ``path``
     by one ``rename`` after everything is written, so a reader (or a save killed halfway)
-    never leaves a partial checkpoint at ``path``.
+    never leaves a partial checkpoint at ``path``. Shard files are written on
+    ``LAYOUTCORE_CHECKPOINT_THREADS`` threads; blocks are fetched to host on the calling thread.
 
     Raises:
         CheckpointError: ``path`` exists and ``overwrite`` is false, or a leaf is not an array.
+        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer.
     """
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and not overwrite:
@@ -802,7 +805,7 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
 class _Readers(ThreadWork):
     """Reader threads that fill each tensor's host blocks, handing the tensors back in order.
 
-    Tensors are read ahead of the caller while they fit in :data:`AHEAD_BYTES`, and the caller
+    Tensors are read ahead of the caller while they fit in :data:`_threads.AHEAD_BYTES`, and the caller
     packs them (on its own thread: drivers are not asked to be thread-safe), so host memory in
     flight beyond the tensor being handed over stays bounded. A large tensor is split into several
     tasks over disjoint sets of its stored pieces. Each thread keeps its own descriptors and read
@@ -813,7 +816,7 @@ class _Readers(ThreadWork):
         super().__init__(threads, "layoutcore-load")
         self.root, self.verify = root, verify
 
-    def _fill(self, tl: _TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range) -> None:
+    def _fill(self, tl: _TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range | None) -> None:
         fds, scratch = self.state()
         read_boxes(
             self.root,
@@ -836,11 +839,10 @@ class _Readers(ThreadWork):
             outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
         else:
             outs = _blocks(dtype, shapes)
-        parts = _piece_parts(tl.geometry.reads, self.threads)
         if self.pool is None or tl.geometry.reads.read_bytes < INLINE_BYTES:  # a thread hop costs more
-            for part in parts:
-                self._fill(tl, outs, part)
+            self._fill(tl, outs, None)
             return tl, outs, []
+        parts = _piece_parts(tl.geometry.reads, self.threads)
         return tl, outs, [self.pool.submit(self._fill, tl, outs, part) for part in parts]
 
     def read(self, plans: Sequence[_TensorLoad]) -> Iterable[tuple[_TensorLoad, list[Any]]]:
@@ -855,7 +857,7 @@ class _Readers(ThreadWork):
         while ahead or nxt < len(plans):
             while nxt < len(plans):
                 size = _host_bytes(plans[nxt])
-                if ahead and beyond + size > AHEAD_BYTES:
+                if ahead and beyond + size > _threads.AHEAD_BYTES:
                     break
                 beyond += size if ahead else 0
                 ahead.append((*self._start(plans[nxt]), size))
@@ -883,7 +885,7 @@ def _piece_parts(reads: TensorReads, threads: int) -> list[range]:
     """The tensor's stored pieces split into runs of about :data:`TASK_BYTES` read bytes each.
 
     Pieces fill disjoint parts of the destination blocks (each element is read from one piece),
-    so the runs can be read concurrently. One run when reading is single-threaded.
+    so the runs can be read concurrently.
     """
     n = len(reads.pieces)
     if threads <= 1 or n <= 1 or reads.read_bytes <= TASK_BYTES:

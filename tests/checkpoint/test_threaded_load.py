@@ -31,8 +31,7 @@ def _value(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
 def on_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_api, "INLINE_BYTES", 0)  # every tensor goes to the reader threads
     monkeypatch.setattr(_api, "TASK_BYTES", 3000)  # a few stored pieces per task
-    monkeypatch.setattr(_api, "AHEAD_BYTES", 20_000)  # a few tensors read ahead
-    monkeypatch.setattr(_threads, "AHEAD_BYTES", 20_000)  # a few blocks queued for the writers
+    monkeypatch.setattr(_threads, "AHEAD_BYTES", 20_000)  # a few tensors read ahead, blocks queued
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "3")
 
 
