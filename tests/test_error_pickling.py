@@ -1,5 +1,5 @@
-"""Every public layoutcore error pickles to the same type, message and attributes (issue 25 defect 2,
-issue 28 item 4), in this process and across a process pool.
+"""Every public layoutcore error pickles to the same type, message and attributes, in this process
+and across a process pool (torch DCP, multiprocessing and concurrent.futures pickle errors).
 
 The errors are found by walking ``LayoutcoreError.__subclasses__()`` after importing the core, the
 checkpoint package and every importable driver package, so a new subclass is covered without
