@@ -150,6 +150,26 @@ def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
         np.testing.assert_allclose(lc.to_numpy(p.grad, driver=driver), q.grad.numpy(), atol=1e-5, err_msg=name)
 
 
+def test_layouts_for_activations_without_activations_mean_dtensor(driver: TorchDriver) -> None:
+    """Last round's call form, distribute_module(module, layout_map, input_layouts=..., output_layouts=...)
+    with no activations argument: the layouts ask for DTensor activations, so that is what it gets."""
+    torch.manual_seed(0)
+    reference = Small()
+    model = copy.deepcopy(reference)
+    ids = torch.randint(0, 10, (3, 5))
+    want = reference(ids)
+    want.sum().backward()
+    output = Layout((None, None, "x"), MESH)
+    distribute_module(model, small_map(), input_layouts=Layout((None, None), MESH), output_layouts=output)
+    with spmd(MESH):
+        out = model(ids)
+        out.sum().backward()
+    assert isinstance(out, DTensor) and lc.fetch_layout(out, driver=driver) == output
+    np.testing.assert_allclose(lc.to_numpy(out, driver=driver), want.detach().numpy(), atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(lc.to_numpy(p.grad, driver=driver), q.grad.numpy(), atol=1e-5, err_msg=name)
+
+
 def test_hooks_place_inputs_and_reduce_pending_sums_of_named_submodules(driver: TorchDriver) -> None:
     torch.manual_seed(0)
     reference = Small()
@@ -228,8 +248,11 @@ def test_bad_arguments_name_the_value(driver: TorchDriver) -> None:
         distribute_module(Small(), small_map(), output_layouts={"up": ("x", None)}, activations="dtensor")  # type: ignore[dict-item]
     with pytest.raises(lc.LayoutError, match=r"torch\.nn\.Module"):
         distribute_module(object(), small_map())
-    with pytest.raises(lc.LayoutError, match="activations='dtensor'"):
-        distribute_module(Small(), small_map(), input_layouts=layout)  # local activations take no input layouts
+    local = Small()
+    with pytest.raises(lc.LayoutError, match="activations='local' was passed") as err:
+        distribute_module(local, small_map(), input_layouts=layout, activations="local")  # contradictory: refused
+    assert err.value.value == layout and "activations='dtensor'" in str(err.value)
+    assert not any(isinstance(p, DTensor) for p in local.parameters())  # refused before any parameter moved
     with pytest.raises(lc.LayoutError, match="'local' or 'dtensor'"):
         distribute_module(Small(), small_map(), activations="mixed")  # type: ignore[arg-type]
     model = distribute_module(Small(), small_map(), input_layouts=[layout, layout], activations="dtensor")
