@@ -144,3 +144,11 @@ def test_errors_cross_a_process_pool(tmp_path: Path) -> None:
     assert checkpoint_error.value.path == missing and checkpoint_error.value.file is None
     assert missing in str(checkpoint_error.value)
     assert driver_error.value.name == "no-such-driver" and "numpy" in driver_error.value.installed
+
+
+def test_the_errors_page_names_every_public_error() -> None:
+    """docs/errors.md lists every error the walk finds (a new subclass needs its row) and the warnings."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text(encoding="utf-8")
+    named = [*_public_errors(), layoutcore.checkpoint.SlowChecksumWarning]
+    missing = [cls.__name__ for cls in named if f"`{cls.__name__}`" not in page and f".{cls.__name__}`" not in page]
+    assert not missing, f"docs/errors.md does not name {missing}: add each to the tree and the table"
