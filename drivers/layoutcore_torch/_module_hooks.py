@@ -73,17 +73,7 @@ class _InputHook:
         self.driver, self.name, self.layouts = driver, name, layouts
 
     def __call__(self, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        if len(self.layouts) > len(args):
-            raise LayoutError(
-                f"input_layouts for module {self.name or '<root>'!r} lay out {len(self.layouts)} positional inputs, "
-                f"but forward was called with {len(args)}.",
-                value=self.layouts,
-            )
-        placed = list(args)
-        for index, layout in enumerate(self.layouts):
-            if layout is not None:
-                placed[index] = _place(self.driver, args[index], layout, f"input {index} of module {self.name!r}")
-        return tuple(placed)
+        return tuple(_place_each(self.driver, self.name, args, self.layouts, "input"))
 
 
 class _OutputHook:
@@ -106,17 +96,26 @@ class _OutputHook:
             return (
                 output if layout is None else _place(self.driver, output, layout, f"the output of module {self.name!r}")
             )
-        if len(self.layouts) > len(output):
-            raise LayoutError(
-                f"output_layouts for module {self.name!r} lay out {len(self.layouts)} outputs, but forward returned "
-                f"{len(output)}.",
-                value=self.layouts,
-            )
-        placed = list(output)
-        for index, layout in enumerate(self.layouts):
-            if layout is not None:
-                placed[index] = _place(self.driver, output[index], layout, f"output {index} of module {self.name!r}")
-        return type(output)(placed)
+        return type(output)(_place_each(self.driver, self.name, output, self.layouts, "output"))
+
+
+def _place_each(
+    driver: Any, name: str, values: Sequence[Any], layouts: tuple[Layout | None, ...], kind: str
+) -> list[Any]:
+    """``values`` (a module's positional inputs or its outputs, ``kind``) with the first ``len(layouts)`` placed
+    by their layouts (``None`` leaves one alone)."""
+    if len(layouts) > len(values):
+        counted, got = ("positional inputs", "was called with") if kind == "input" else ("outputs", "returned")
+        raise LayoutError(
+            f"{kind}_layouts for module {name or '<root>'!r} lay out {len(layouts)} {counted}, but forward {got} "
+            f"{len(values)}.",
+            value=layouts,
+        )
+    placed = list(values)
+    for index, layout in enumerate(layouts):
+        if layout is not None:
+            placed[index] = _place(driver, values[index], layout, f"{kind} {index} of module {name!r}")
+    return placed
 
 
 def _place(driver: Any, value: Any, layout: Layout, what: str) -> Any:

@@ -126,7 +126,10 @@ def small_map() -> LayoutMap:
     return lm
 
 
-def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
+@pytest.mark.parametrize("activations", ["dtensor", None], ids=["explicit", "inferred"])
+def test_common_modules_need_no_special_cases(driver: TorchDriver, activations: str | None) -> None:
+    """``inferred`` is last round's call form, distribute_module(module, layout_map, input_layouts=...,
+    output_layouts=...) without ``activations``: layouts for activations mean DTensor activations."""
     torch.manual_seed(0)
     reference = Small()
     model = copy.deepcopy(reference)
@@ -139,32 +142,12 @@ def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
         small_map(),
         input_layouts=replicated,
         output_layouts=Layout((None, None, None), MESH),
-        activations="dtensor",
+        **({} if activations is None else {"activations": activations}),
     )
     with spmd(MESH):
         out = model(ids)
         out.sum().backward()
-    assert lc.fetch_layout(out, driver=driver) == Layout((None, None, None), MESH)
-    np.testing.assert_allclose(lc.to_numpy(out, driver=driver), want.detach().numpy(), atol=1e-6)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
-        np.testing.assert_allclose(lc.to_numpy(p.grad, driver=driver), q.grad.numpy(), atol=1e-5, err_msg=name)
-
-
-def test_layouts_for_activations_without_activations_mean_dtensor(driver: TorchDriver) -> None:
-    """Last round's call form, distribute_module(module, layout_map, input_layouts=..., output_layouts=...)
-    with no activations argument: the layouts ask for DTensor activations, so that is what it gets."""
-    torch.manual_seed(0)
-    reference = Small()
-    model = copy.deepcopy(reference)
-    ids = torch.randint(0, 10, (3, 5))
-    want = reference(ids)
-    want.sum().backward()
-    output = Layout((None, None, "x"), MESH)
-    distribute_module(model, small_map(), input_layouts=Layout((None, None), MESH), output_layouts=output)
-    with spmd(MESH):
-        out = model(ids)
-        out.sum().backward()
-    assert isinstance(out, DTensor) and lc.fetch_layout(out, driver=driver) == output
+    assert isinstance(out, DTensor) and lc.fetch_layout(out, driver=driver) == Layout((None, None, None), MESH)
     np.testing.assert_allclose(lc.to_numpy(out, driver=driver), want.detach().numpy(), atol=1e-6)
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(lc.to_numpy(p.grad, driver=driver), q.grad.numpy(), atol=1e-5, err_msg=name)
