@@ -75,7 +75,8 @@ def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, A
     # the first builtin class's own __init__ (ImportError keeps ``msg``, the others ``args`` only)
     builtin = next(base for base in cls.__mro__ if base.__module__ == "builtins")
     builtin.__init__(error, *args)  # type: ignore[misc]  # the builtin base, not a subclass override
-    error.__dict__.update(state)
+    # copy.copy passes the wrappers themselves (only pickling reduces them to their items)
+    error.__dict__.update({name: item.item if isinstance(item, _Portable) else item for name, item in state.items()})
     return error
 
 

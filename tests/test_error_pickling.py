@@ -11,6 +11,7 @@ dropped or swapped on the way back fails the comparison.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import importlib
 import inspect
 import multiprocessing
@@ -103,6 +104,14 @@ def test_the_walk_finds_the_errors() -> None:
 def test_every_error_pickles(cls: type[BaseException], protocol: int) -> None:
     error = _build(cls)
     _assert_same(error, pickle.loads(pickle.dumps(error, protocol=protocol)))
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_every_error_copies(duplicate: Any) -> None:
+    """copy.copy and copy.deepcopy go through the same reduction as pickle."""
+    for cls in _public_errors():
+        error = _build(cls)
+        _assert_same(error, duplicate(error))
 
 
 def test_defaulted_keywords_and_capability_features_pickle() -> None:
