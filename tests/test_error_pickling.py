@@ -25,7 +25,9 @@ import layoutcore as lc
 import layoutcore.checkpoint
 from layoutcore.driver import Capability, Limitation
 
-_DRIVER_PACKAGES = ("layoutcore_jax", "layoutcore_tensorflow", "layoutcore_torch")
+#: Packages that may define public errors, imported before the walk where they import (layoutcore.transfer
+#: once it exists; the driver packages import their framework lazily, so they import without it).
+_DRIVER_PACKAGES = ("layoutcore.transfer", "layoutcore_jax", "layoutcore_tensorflow", "layoutcore_torch")
 
 #: A value for each keyword parameter name the public errors take; the walk falls back to a string.
 _REPRESENTATIVE: dict[str, Any] = {
@@ -51,7 +53,11 @@ def _import_drivers() -> list[str]:
     for name in _DRIVER_PACKAGES:
         try:
             importlib.import_module(name)
-        except ImportError:  # a driver package whose framework import fails at import time
+        except ImportError as exc:
+            # a core module that is not there (yet) is skipped, one that fails to import is an error; a driver
+            # package may fail to import where its framework cannot
+            if name.startswith("layoutcore.") and exc.name != name:
+                raise
             continue
         imported.append(name)
     return imported
