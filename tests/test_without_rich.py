@@ -35,7 +35,7 @@ _SCRIPT = textwrap.dedent(
     import numpy as np
     import layoutcore as lc
     import layoutcore.checkpoint as ckpt
-    from layoutcore.checkpoint import _api
+    from layoutcore.checkpoint import _progress
     from layoutcore.cli import main
 
     class Tty(io.StringIO):  # a terminal on stderr: save and load would draw a progress bar
@@ -45,7 +45,7 @@ _SCRIPT = textwrap.dedent(
     path = sys.argv[1]
     value = np.arange(48, dtype=np.float32).reshape(8, 6)
     layout = lc.Layout(("x", None), lc.Mesh((4,), ("x",)))
-    _api.PROGRESS_MIN_BYTES = 0
+    _progress.PROGRESS_MIN_BYTES = 0
     stderr, sys.stderr = sys.stderr, Tty()
     try:
         ckpt.save(path, {"w": lc.distribute_tensor(value, layout)})
