@@ -76,6 +76,12 @@ _SCRIPT = textwrap.dedent(
         status, out, err = run(*argv)
         assert status == 3, (argv, status, out, err)
         assert "pip install 'layoutcore[cli]'" in err and "Traceback" not in err and err.count("\\n") == 1, (argv, err)
+    try:
+        from layoutcore.cli import render_layout  # noqa: F401
+    except ImportError as exc:
+        assert "pip install 'layoutcore[cli]'" in str(exc), exc
+    else:
+        raise AssertionError("render_layout imported without rich")
     assert "rich" not in sys.modules
     print("OK")
     """
