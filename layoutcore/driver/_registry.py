@@ -35,6 +35,7 @@ __all__ = [
     "available_drivers",
     "driver_for",
     "driver_infos",
+    "framework_driver",
     "get_driver",
     "register_driver",
     "set_driver",
@@ -259,6 +260,33 @@ def _native_owners(kind: type) -> tuple[str, ...]:
             _by_type.clear()
         _by_type[kind] = owners
     return owners
+
+
+def framework_driver(value: Any) -> Driver | None:
+    """The driver of the framework that made ``value`` (distributed or plain, e.g. a plain torch tensor),
+    or ``None``: the usable driver whose :attr:`~layoutcore.Driver.requires` names the top-level package
+    of the value's type or of a base class of it (the selected driver first among several). No framework
+    is imported: a value of the type exists, so its package is imported already.
+
+    Raises:
+        Nothing (a driver that cannot be created claims nothing).
+    """
+    packages = {t.__module__.partition(".")[0] for t in type(value).__mro__}
+    owners = []
+    for name in sorted(_discover()):
+        try:
+            factory = _load_class(name)
+        except DriverUnavailableError:
+            continue
+        if packages.intersection(getattr(factory, "requires", ())):
+            owners.append(name)
+    selected = active_driver_name()
+    for name in sorted(owners, key=lambda n: n != selected):
+        try:
+            return get_driver(name)
+        except (DriverNotFoundError, DriverUnavailableError):
+            continue
+    return None
 
 
 def set_driver(name: str | None) -> None:
