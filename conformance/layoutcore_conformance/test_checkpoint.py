@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import layoutcore as lc
-from layoutcore import checkpoint
+from layoutcore.checkpoint import load, save
 from layoutcore.driver import Driver
 
 from ._oracle import Case
@@ -39,18 +39,18 @@ def test_checkpoint_round_trip(driver: Driver, adapter: ConformanceAdapter, tmp_
     x = dtype_values(SHAPE, name, seed=11)
     path = tmp_path / "ckpt"
     if name not in declared_dtypes(driver):
-        checkpoint.save(path, {"w": lc.distribute_tensor(x, SOURCE.layout(), driver="numpy")})
+        save(path, {"w": lc.distribute_tensor(x, SOURCE.layout(), driver="numpy")})
         with pytest.raises(lc.UnsupportedLayoutError, match=name):
-            checkpoint.load(path, {"w": SOURCE.layout()}, driver=driver)
+            load(path, {"w": SOURCE.layout()}, driver=driver)
         return
     saved = lc.distribute_tensor(x, SOURCE.layout(), driver=driver)
-    info = checkpoint.save(path, {"w": saved, "inner": {"v": saved}})
+    info = save(path, {"w": saved, "inner": {"v": saved}})
     assert info.tensors["w"].dtype == name and info.tensors["w"].shape == SHAPE
     assert_device_bits(adapter, saved, x, SOURCE, "the saved tensor after save")
-    as_saved = checkpoint.load(path, driver=driver)
+    as_saved = load(path, driver=driver)
     assert lc.fetch_layout(as_saved["w"]) == SOURCE.layout()
     assert_device_bits(adapter, as_saved["inner"]["v"], x, SOURCE, "load on the saved layout")
     for target in TARGETS[1:]:
-        out = checkpoint.load(path, {"w": target.layout(), "inner/v": target.layout()}, driver=driver)
+        out = load(path, {"w": target.layout(), "inner/v": target.layout()}, driver=driver)
         assert lc.fetch_layout(out["w"]) == target.layout(), target
         assert_device_bits(adapter, out["w"], x, target, f"load under {target.spec} on {target.mesh_shape}")

@@ -179,7 +179,7 @@ def test_stale_temporaries_of_killed_saves_are_removed_or_reported(tmp_path: Pat
 
 
 def test_killed_save_leaves_a_temporary_that_the_next_save_removes(tmp_path: Path) -> None:
-    """Regression (issue 25, defect 5): on main a killed save's ``.NAME.tmp-*`` stayed forever."""
+    """Regression: before this test, a killed save's ``.NAME.tmp-*`` stayed forever."""
     path = tmp_path / "ck"
     checkpoint.save(path, _tree(1))
     read, write = os.pipe()

@@ -52,7 +52,7 @@ def test_layoutcore_checkpoint_exports_and_reloads(tmp_path: Path) -> None:
 
 
 def test_export_folder_follows_the_umask(tmp_path: Path) -> None:
-    """Regression (issue 25): the export folder was mode 0700 (tempfile.mkdtemp's) whatever the umask."""
+    """Regression: the export folder was mode 0700 (tempfile.mkdtemp's) whatever the umask."""
     import os
     import stat
 

@@ -5,7 +5,7 @@ Run from the repository root: ``python tests/checkpoint/golden/make_golden.py``.
 the same bytes: a change of the format cannot pass unnoticed. Rewrite it only with a new format
 version (and keep the old directory: old checkpoints must still load).
 
-The tree: every dtype of DESIGN §10 (``float8_e8m0fnu`` is not on main yet: add it with a new
+The tree: every dtype of docs/design.md#dtypes (``float8_e8m0fnu`` is not on main yet: add it with a new
 fixture when it lands), each a small tensor of uneven shape on a 2x2 mesh under one of three
 layouts, its bytes ``(37 * i + 11) % 256`` (every bit pattern kind: NaN payloads, -0.0, subnormals);
 bool ``i % 3 == 0``. One tensor is saved with a ``read_layouts`` entry (inner chunks finer than its
