@@ -110,17 +110,18 @@ def _installed_names() -> tuple[str, ...]:
     return tuple(sorted(_discover()))
 
 
-def _usable_names() -> tuple[str, ...]:
-    """Registered names whose class loads and whose required modules are present."""
-    usable = []
+def _loadable() -> Iterator[tuple[str, DriverFactory]]:
+    """``(name, class)`` of every registered driver whose class loads (a broken plug-in is skipped), by name."""
     for name in sorted(_discover()):
         try:
-            factory = _load_class(name)
+            yield name, _load_class(name)
         except DriverUnavailableError:
             continue
-        if not _missing_requirements(factory):
-            usable.append(name)
-    return tuple(usable)
+
+
+def _usable_names() -> tuple[str, ...]:
+    """Registered names whose class loads and whose required modules are present."""
+    return tuple(name for name, factory in _loadable() if not _missing_requirements(factory))
 
 
 def _load_class(name: str) -> DriverFactory:
@@ -246,11 +247,7 @@ def _native_owners(kind: type) -> tuple[str, ...]:
     names = {f"{t.__module__}.{t.__qualname__}" for t in kind.__mro__}
     declared: list[str] = []
     inherited: list[str] = []
-    for name in sorted(_discover()):
-        try:
-            factory = _load_class(name)
-        except DriverUnavailableError:  # a broken plug-in claims nothing
-            continue
+    for name, factory in _loadable():  # a broken plug-in claims nothing
         if names.intersection(getattr(factory, "native_types", ())):
             # A driver that declares the type itself comes before subclasses that inherit the claim.
             (declared if "native_types" in getattr(factory, "__dict__", {}) else inherited).append(name)
@@ -272,14 +269,7 @@ def framework_driver(value: Any) -> Driver | None:
         Nothing (a driver that cannot be created claims nothing).
     """
     packages = {t.__module__.partition(".")[0] for t in type(value).__mro__}
-    owners = []
-    for name in sorted(_discover()):
-        try:
-            factory = _load_class(name)
-        except DriverUnavailableError:
-            continue
-        if packages.intersection(getattr(factory, "requires", ())):
-            owners.append(name)
+    owners = [name for name, factory in _loadable() if packages.intersection(getattr(factory, "requires", ()))]
     selected = active_driver_name()
     for name in sorted(owners, key=lambda n: n != selected):
         try:

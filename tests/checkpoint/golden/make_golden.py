@@ -22,25 +22,7 @@ import numpy as np
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
 
-DTYPES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-    "float8_e4m3fn",
-    "float8_e5m2",
-)
+DTYPES = lc.driver.ALL_DTYPES  # the 17 at format version 1
 GRID = Mesh((2, 2), ("x", "y"))
 #: (shape, layout axes), cycled over the dtypes: uneven on both axes, two mesh axes on one, a replica axis
 CASES = (((5, 3), ("x", "y")), ((7,), (("x", "y"),)), ((3, 5), (None, "x")))
