@@ -144,6 +144,12 @@ def test_pointer_commit_is_a_checkpoint_zarr_tools_and_inspect_see(
     # the live version is itself a complete checkpoint, and the root stays a zarr group
     assert _generation(path / live[0]) == 2
     assert json.loads((path / "zarr.json").read_text())["node_type"] == "group"
+    # the other readers follow the nodes too: read_plan's ranges and the safetensors export
+    plan = checkpoint.read_plan(path, {"a": Layout.replicated(MESH, 2), "b": Layout.replicated(MESH, 1)})
+    assert plan.reads and all(r[0].startswith((f"{live[0]}/a/c/", f"{live[0]}/b/c/")) for r in plan.reads), plan
+    index = checkpoint.export_safetensors(path, tmp_path / "st")
+    exported = checkpoint.load(index.parent, driver="numpy")
+    assert np.array_equal(lc.to_numpy(exported["a"]), _value("a", 2))
     checkpoint.save(path, _tree(3), overwrite=True)
     assert _generation(path) == 3 and live[0] not in os.listdir(path)
 
