@@ -140,7 +140,7 @@ def _exchange(a: str, b: str) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no renameat2 (macOS), no C library handle (Windows)
         return False
     at_fdcwd, rename_exchange = -100, 2
     res = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)

@@ -301,7 +301,8 @@ def save(
     Raises:
         CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, or a
             peer process died or hung at a barrier (nothing committed).
-        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer.
+        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer, or (several
+            processes) ``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` is not a positive number.
     """
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and not overwrite:
