@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, dtype_name
+from layoutcore.driver import (
+    ALL_DTYPES,
+    X64_DTYPES,
+    Capability,
+    Driver,
+    Limitation,
+    LRUCache,
+    ProcessGroup,
+    as_bits,
+    dtype_name,
+)
 
 from . import _relayout
 from ._convert import (
@@ -440,6 +450,19 @@ class JaxDriver(Driver):
         return out
 
     # -- optional hooks --------------------------------------------------------------------------
+    def process_group(self) -> ProcessGroup:
+        """``jax.distributed``'s processes; the barrier is ``multihost_utils.sync_global_devices``, which
+        fails when JAX's coordination service sees a peer die (it takes no timeout of its own)."""
+        if not self._multiprocess:
+            return super().process_group()
+        from jax.experimental import multihost_utils
+
+        def barrier(tag: str, timeout_s: float) -> None:
+            del timeout_s  # sync_global_devices takes none; a dead peer fails it through the coordination service
+            multihost_utils.sync_global_devices(tag)
+
+        return ProcessGroup(self._process_index, self._jax.process_count(), barrier, self.name)
+
     def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
         """Mesh positions of this process's devices (all of them in a single-process run)."""
         if not self._multiprocess:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
+from layoutcore.driver import Capability, Driver, Limitation, LRUCache, ProcessGroup, as_bits, numpy_dtype
 
+from ._barrier import DTensorBarrier, all_gather_check
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
@@ -577,6 +578,14 @@ class TensorFlowDriver(Driver):
                 driver=self.name,
                 feature=Limitation.NEGATIVE_ZERO,
             )
+
+    def process_group(self) -> ProcessGroup:
+        """Several DTensor clients (``dtensor.client_id``/``num_clients``) meet at a :class:`DTensorBarrier`."""
+        clients = int(self._dtensor.num_clients())
+        if clients <= 1:
+            return super().process_group()
+        barrier = DTensorBarrier(lambda: all_gather_check(self))
+        return ProcessGroup(int(self._dtensor.client_id()), clients, barrier, self.name)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
         """``component.numpy()`` for a TF tensor (``np.asarray`` fails on a rank-0 bfloat16 one)."""
