@@ -319,8 +319,7 @@ class Driver(DriverHooks):
             self._require_traced("distribute_tensor", value)
             layout = self.check_layout(layout, self.shape_of(value))
             return self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
-        value = self._global_value(value, "distribute_tensor")
-        self._check_dtype(value)
+        value = self._held_dtype(self._global_value(value, "distribute_tensor"), "the value")
         layout = self.check_layout(layout, self.shape_of(value))
         result = self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
         return self._record(result, layout)
@@ -423,7 +422,7 @@ class Driver(DriverHooks):
             raise LayoutError(
                 f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
             )
-        self._check_dtype(components[0])
+        components = [self._held_dtype(c, f"component {i}") for i, c in enumerate(components)]
         shape = _infer_global_shape(layout, positions, shapes) if given_shape is None else given_shape
         layout.check_shape(shape)
         # Each component against the chunk rule first: a component of the wrong shape is the
@@ -640,12 +639,22 @@ class Driver(DriverHooks):
         """
         name = known_dtype_name(getattr(value, "dtype", None))
         if name is not None and name not in self.supported_dtypes():
-            raise UnsupportedLayoutError(
-                f"The {self.name} driver does not hold dtype {name}: {self.unsupported_dtype_reason(name)}.",
-                driver=self.name,
-                feature=Limitation.DTYPE,
-                value=name,
-            )
+            raise self.dtype_refusal(name)
+
+    @final
+    def _held_dtype(self, value: Any, what: str) -> Any:
+        """``value``, or where its dtype is one of the 17 outside :meth:`supported_dtypes` the driver's
+        exact narrowing of it (:meth:`narrow_input`), checked to be of a held dtype.
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``, from :meth:`narrow_input`.
+        """
+        name = known_dtype_name(getattr(value, "dtype", None))
+        if name is None or name in self.supported_dtypes():
+            return value
+        held = self.narrow_input(value, name, what)
+        self._check_dtype(held)  # a narrowing must land on a dtype the driver holds
+        return held
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -51,6 +51,7 @@ import numpy as np
 
 from .._capabilities import Capability, Limitation
 from .._dtypes import ALL_DTYPES
+from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 
@@ -314,6 +315,38 @@ class DriverHooks(abc.ABC):
         """
         held = ", ".join(d for d in ALL_DTYPES if d in self.supported_dtypes())
         return f"its framework has no {name} dtype; cast the value to one it holds first ({held})"
+
+    def narrow_input(self, value: Any, name: str, what: str) -> Any:
+        """``value``, of dtype ``name`` (one of the 17, outside :meth:`supported_dtypes`), as a value of a
+        dtype this driver holds, with every element unchanged; or raise.
+
+        Called by the front-end for plain inputs of ``distribute_tensor`` (so ``copy_to_mesh``,
+        ``relayout`` of a plain value, ``Variable`` and ``Variable.assign``) and for each ``pack``
+        component (so checkpoint loads); the result's dtype must be one this driver holds. Default:
+        the refusal. JAX with ``jax_enable_x64`` off: a 64-bit value whose every element fits its
+        32-bit dtype exactly (``layoutcore.driver.narrow_exactly``), with a one-time
+        :class:`~layoutcore.driver.DtypeNarrowingWarning`.
+
+        Args:
+            value: a value :meth:`prepare_input` returned, or a ``pack`` component.
+            name: its canonical dtype name.
+            what: how an error names the value (``"the value"``, ``"component 3"``).
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming ``name`` and the driver
+                (and, where a value would change, the first element that would).
+        """
+        raise self.dtype_refusal(name)
+
+    def dtype_refusal(self, name: str) -> UnsupportedLayoutError:
+        """The ``UnsupportedLayoutError`` (``feature=Limitation.DTYPE``) refusing dtype ``name``, with
+        :meth:`unsupported_dtype_reason`. Not a hook: the front-end's message, for overrides to raise."""
+        return UnsupportedLayoutError(
+            f"The {self.name} driver does not hold dtype {name}: {self.unsupported_dtype_reason(name)}.",
+            driver=self.name,
+            feature=Limitation.DTYPE,
+            value=name,
+        )
 
     def is_traced(self, value: Any) -> bool:
         """Whether ``value`` lives inside the framework's compiler (default: never).
