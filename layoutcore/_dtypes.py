@@ -19,6 +19,7 @@ from ._errors import LayoutError
 
 __all__ = [
     "ALL_DTYPES",
+    "ML_DTYPES",
     "NARROWED",
     "X64_DTYPES",
     "DtypeNarrowingWarning",
@@ -32,7 +33,7 @@ __all__ = [
     "random_values",
 ]
 
-#: The 17 canonical dtype names, in this order (the order of tables and test axes).
+#: The 18 canonical dtype names, in this order (the order of tables and test axes).
 ALL_DTYPES: Final[tuple[str, ...]] = (
     "bool",
     "int8",
@@ -51,6 +52,7 @@ ALL_DTYPES: Final[tuple[str, ...]] = (
     "complex128",
     "float8_e4m3fn",
     "float8_e5m2",
+    "float8_e8m0fnu",
 )
 
 #: The dtypes made of 64-bit numbers: what JAX with ``jax_enable_x64`` off would narrow.
@@ -77,9 +79,12 @@ _ITEMSIZE: Final[dict[str, int]] = {
     "complex128": 16,
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
+    "float8_e8m0fnu": 1,
 }
 _INTEGERS: Final[frozenset[str]] = frozenset(n for n in _ITEMSIZE if n.startswith(("bool", "int", "uint")))
-_ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})
+#: ml_dtypes' names of the dtypes NumPy lacks (bfloat16 and the float8 types), for drivers' bit views.
+ML_DTYPES: Final[frozenset[str]] = _ML_DTYPES
 
 # Spellings other than the canonical names, lower-cased. "float"/"double" follow C, torch and
 # TF ("float" is 32 bits), not NumPy's np.dtype("float") (64 bits): a string names a C-like type;
@@ -112,6 +117,10 @@ _ALIASES: Final[dict[str, str]] = {
     "fp8_e4m3fn": "float8_e4m3fn",
     "e5m2": "float8_e5m2",
     "fp8_e5m2": "float8_e5m2",
+    "e8m0": "float8_e8m0fnu",
+    "fp8_e8m0": "float8_e8m0fnu",
+    "float8_e8m0": "float8_e8m0fnu",
+    "f8_e8m0": "float8_e8m0fnu",
 }
 
 # Framework dtype str forms: "torch.bfloat16", "<dtype: 'bfloat16'>" (TF),
@@ -261,7 +270,9 @@ def random_values(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarra
     if name == "bool":
         raw &= 1
     out = raw.view(dtype)
-    if name not in _INTEGERS:  # float kinds: the special values first, whatever the draw
+    if name == "float8_e8m0fnu":  # powers of two only: no sign, zero or infinity; its one NaN first
+        out[:1] = np.array([0xFF], np.uint8)[: len(out)].view(dtype)
+    elif name not in _INTEGERS:  # float kinds: the special values first, whatever the draw
         with np.errstate(all="ignore"):
             special = np.array([-0.0, np.nan, np.inf, -np.inf, 5e-324, 1.0], dtype=np.float64).astype(dtype)
         bits = as_bits(special)

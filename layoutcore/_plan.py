@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Bytes per element of dtypes a plan may count but layoutcore does not move (outside ``_dtypes.ALL_DTYPES``).
-_OTHER_ITEMSIZE = {"int4": 1, "uint4": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1}
+_OTHER_ITEMSIZE = {"int4": 1, "uint4": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 
 
 def dtype_name_and_itemsize(dtype: Any) -> tuple[str, int]:

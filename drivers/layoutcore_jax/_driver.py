@@ -20,6 +20,7 @@ from layoutcore.driver import (
     Driver,
     DtypeNarrowingWarning,
     Limitation,
+    ML_DTYPES,
     LRUCache,
     as_bits,
     dtype_name,
@@ -54,7 +55,7 @@ _COPY_BELOW_BYTES = 1 << 20
 # NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, datetime, timedelta; and void
 # (records), except ml_dtypes' bfloat16 and float8, whose kind is "V" too.
 _NOT_JAX_KINDS = "OUSVMm"
-_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPE_NAMES = ML_DTYPES
 _ALL = frozenset(ALL_DTYPES)
 _WITHOUT_X64 = _ALL - X64_DTYPES
 
@@ -329,7 +330,7 @@ class JaxDriver(Driver):
         )
 
     def supported_dtypes(self) -> frozenset[str]:
-        """All 17 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
+        """All 18 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
         float64 and complex128, which JAX stores in 32 bits (a value of them whose every element
         fits is narrowed: :meth:`narrow_input`). Read at every call: the flag can change while
         the driver lives."""
@@ -605,4 +606,4 @@ class JaxDriver(Driver):
 
 
 #: Floats whose NaN payloads XLA's CPU collectives may rewrite: relaid out as same-width unsigned ints.
-_QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
+_QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
+from layoutcore.driver import ALL_DTYPES, ML_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
 
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
@@ -187,6 +187,10 @@ class TensorFlowDriver(Driver):
     def _tensor(self, value: Any) -> Any:
         # A DVariable is a DTensor for fetch_layout but not for unpack/relayout: read it.
         return value.read_value() if isinstance(value, self._tf.Variable) else value
+
+    def supported_dtypes(self) -> frozenset[str]:
+        """All of ``ALL_DTYPES`` but ``float8_e8m0fnu``, which TF 2.21 has no dtype for (MX block scales)."""
+        return _HELD
 
     def prepare_input(self, value: Any) -> Any:
         """A ``tf.Variable``'s current value; NumPy arrays of a dtype TF holds, checked.
@@ -504,9 +508,9 @@ class TensorFlowDriver(Driver):
                 try:
                     found = cache.get(fn)
                 except TypeError:  # unhashable: wrap anew each call
-                    return tf.function(fn, autograph=False)
+                    return tf.function(_refusing_unheld(fn, self.dtype_refusal), autograph=False)
             if found is None:
-                found = tf.function(fn, autograph=False)
+                found = tf.function(_refusing_unheld(fn, self.dtype_refusal), autograph=False)
                 cache[fn] = found  # _wrapped_strong (builtins, which live forever) is bounded: an LRU
             return found
 
@@ -649,7 +653,24 @@ def _owned(value: Any) -> Any:
 #: NumPy dtype kinds TF has no tensor of: dates, time spans, records (void; object arrays are the
 #: front-end's to refuse). ml_dtypes' bfloat16/float8 are kind "V" too, and TF holds them.
 _NOT_TF_KINDS = "MmV"
-_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPE_NAMES = ML_DTYPES  # float8_e8m0fnu among them: the front-end refuses it by name (supported_dtypes)
+#: The dtypes of ALL_DTYPES TF 2.21 has no tensor of (no tf.dtypes entry; tf.as_dtype refuses ml_dtypes').
+_NOT_IN_TF = frozenset({"float8_e8m0fnu"})
+_HELD = frozenset(ALL_DTYPES) - _NOT_IN_TF
+
+
+def _refusing_unheld(fn: Callable[..., Any], refusal: Callable[[str], Exception]) -> Callable[..., Any]:
+    """``fn``, refusing a NumPy result of a dtype TF has no tensor of (``float8_e8m0fnu``) by name, before
+    ``tf.function`` fails to convert it with a raw ``TypeError``."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, np.ndarray) and out.dtype.name in _NOT_IN_TF:
+            raise refusal(out.dtype.name)
+        return out
+
+    return call
 
 
 def _refuse_unheld(value: Any, what: str) -> None:

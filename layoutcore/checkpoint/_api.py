@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import geometry
 from .._config import checkpoint_threads
-from .._dtypes import dtype_name, numpy_dtype
+from .._dtypes import ML_DTYPES, dtype_name, numpy_dtype
 from .._errors import CheckpointError, LayoutError, LayoutMismatchError, UnsupportedLayoutError
 from .._layout import Layout
 from .._layout_map import LayoutMap
@@ -178,7 +178,7 @@ def _host_array(value: Any) -> np.ndarray[Any, Any]:
         if t.device.type != "cpu":
             t = t.cpu()
         name = dtype_name(t.dtype)
-        if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        if name in ML_DTYPES:
             signed = torch.int16 if name == "bfloat16" else torch.int8
             return np.asarray(t.view(signed).numpy()).view(numpy_dtype(name))
         return np.asarray(t.numpy())

@@ -44,6 +44,7 @@ SAFETENSORS_DTYPES: dict[str, str] = {
     "C128": "complex128",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
 }
 _CODES = {name: code for code, name in SAFETENSORS_DTYPES.items()}
 #: The safetensors crate refuses headers above 100 MB; so do we, before allocating them.
