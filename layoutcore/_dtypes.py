@@ -59,7 +59,12 @@ ALL_DTYPES: Final[tuple[str, ...]] = (
 X64_DTYPES: Final[frozenset[str]] = frozenset({"int64", "uint64", "float64", "complex128"})
 
 #: The 32-bit dtype each of :data:`X64_DTYPES` narrows to (JAX's rule with ``jax_enable_x64`` off).
-NARROWED: Final[dict[str, str]] = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+NARROWED: Final[dict[str, str]] = {
+    "int64": "int32",
+    "uint64": "uint32",
+    "float64": "float32",
+    "complex128": "complex64",
+}
 
 _ITEMSIZE: Final[dict[str, int]] = {
     "bool": 1,

@@ -210,7 +210,7 @@ def _numpy_dtype(dtype: Any) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     known = known_dtype_name(dtype)
-    if known is not None:  # one of the 17: ml_dtypes' bfloat16/float8 included
+    if known is not None:  # one of the 18: ml_dtypes' bfloat16/float8 included
         return numpy_dtype(known)
     try:
         return np.dtype(dtype_name(dtype))

@@ -1,4 +1,4 @@
-"""The value space: the 17 dtypes, values that expose narrowing, and bitwise comparison.
+"""The value space: the 18 dtypes, values that expose narrowing, and bitwise comparison.
 
 A driver declares the dtypes it holds (``Driver.supported_dtypes``); the suite takes the expected
 refusals from that declaration, never from trying. For every dtype, :func:`dtype_values` builds a

@@ -14,13 +14,13 @@ import numpy as np
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
 from layoutcore.driver import (
     ALL_DTYPES,
+    ML_DTYPES,
     NARROWED,
     X64_DTYPES,
     Capability,
     Driver,
     DtypeNarrowingWarning,
     Limitation,
-    ML_DTYPES,
     LRUCache,
     as_bits,
     dtype_name,
@@ -102,14 +102,14 @@ def _x64_request(leaf: Any) -> str | None:
     """The 64-bit dtype a ``call_with_layout`` argument explicitly asks for (``np.int64``, ``jnp.float64``,
     ``np.dtype("complex128")``, ``"float64"``), else None. Python's ``int``/``float`` types ask for JAX's
     default dtype, which is no request for 64 bits; 64-bit NumPy arrays are values (narrowed exactly or refused)."""
-    if isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES):
-        dtype = leaf
-    elif isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype"):
-        dtype: Any = leaf  # a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
-    else:
+    # np.dtype("int64"), "float64", or a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
+    request = isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES)
+    if not request and not (
+        isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype")
+    ):
         return None
     try:
-        name = dtype_name(dtype)
+        name = dtype_name(leaf)
     except LayoutError:
         return None
     return name if name in X64_DTYPES else None

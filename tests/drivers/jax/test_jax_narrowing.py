@@ -83,7 +83,9 @@ def test_x64_is_off() -> None:
 
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 @pytest.mark.parametrize(("x", "narrow"), FITTING, ids=lambda v: getattr(v, "dtype", v).__str__())
-def test_values_that_fit_are_stored_in_32_bits_unchanged(driver: JaxDriver, entry: str, x: np.ndarray, narrow: type) -> None:
+def test_values_that_fit_are_stored_in_32_bits_unchanged(
+    driver: JaxDriver, entry: str, x: np.ndarray, narrow: type
+) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DtypeNarrowingWarning)
         t = ENTRY_POINTS[entry](x)
