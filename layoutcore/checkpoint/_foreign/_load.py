@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._capabilities import Limitation
+from ..._errors import UnsupportedLayoutError
 from ..._layout import Layout
 from ..._mesh import Mesh
 from ..._tensor_spec import TensorSpec, device_bounds
@@ -160,6 +162,13 @@ def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> 
 
     drv = get_driver(driver)
     for value in ckpt.values.values():
+        if isinstance(value, RefusedValue) and value.dtype:
+            raise UnsupportedLayoutError(
+                f"checkpoint.load: {ckpt.path}: tensor {value.path!r} has dtype {value.dtype}: {value.message}",
+                driver=drv.name,
+                feature=Limitation.DTYPE,
+                value=value.dtype,
+            )
         if isinstance(value, RefusedValue):
             raise checkpoint_error(
                 f"{ckpt.path}: value {value.path!r} was not loaded: {value.message}", file=value.file

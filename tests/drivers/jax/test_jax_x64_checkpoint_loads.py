@@ -7,13 +7,12 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import layoutcore as lc
 from layoutcore import checkpoint
-
-jax = pytest.importorskip("jax")  # the checkpoint env holds every framework; elsewhere this file has nothing to test
 
 
 @pytest.fixture(autouse=True)
