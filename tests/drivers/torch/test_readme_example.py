@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
 from pathlib import Path
 
-# Loaded from its file: tests/ is not on sys.path for the driver tests (see test_torch_dtypes.py's note).
-_spec = importlib.util.spec_from_file_location(
-    "readme_example", Path(__file__).resolve().parents[2] / "readme_example.py"
-)
-assert _spec is not None and _spec.loader is not None
-readme = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(readme)
+# tests/ is not on sys.path for the driver tests: the shared runner is loaded from its file.
+run_readme_example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "readme_example.py"))[
+    "run_readme_example"
+]
 
 
 def test_readme_example_on_torch() -> None:
-    out = readme.run_readme_example("torch", refuses_uneven=False)
-    assert "refused:" not in out, out
+    assert "refused:" not in run_readme_example("torch", refuses_uneven=False)
