@@ -109,6 +109,9 @@ def test_variable_assign_of_a_fitting_value(driver: JaxDriver) -> None:
         v.assign(np.arange(8) * 3)
     assert v.dtype == np.int32
     assert v.numpy().tolist() == [3 * i for i in range(8)]
+    with pytest.raises(lc.LayoutMismatchError, match="1099511627776"):  # the int32 variable never wraps it
+        v.assign(np.arange(8) + 2**40)
+    assert v.numpy().tolist() == [3 * i for i in range(8)]
 
 
 REFUSED = {
