@@ -337,13 +337,14 @@ def narrow_exactly(array: np.ndarray[Any, Any]) -> Narrowing:
     flat = a.reshape(-1)  # 1-d: 0-d comparisons would give scalars, not arrays
     if name == "complex128":
         out, fits = _narrow_floats(flat.view(np.float64))
-        value, ok = out.view(np.complex64), fits.reshape(-1, 2).all(axis=-1)
+        value, ok = out.view(np.complex64), fits[0::2] & fits[1::2]
     elif name == "float64":
         value, ok = _narrow_floats(flat)
     else:
         info = np.iinfo(NARROWED[name])
-        ok = (flat >= info.min) & (flat <= info.max)
-        value = flat.astype(NARROWED[name])
+        if not flat.size or (flat.min() >= info.min and flat.max() <= info.max):  # two reductions: the common case
+            return Narrowing(flat.astype(NARROWED[name]).reshape(a.shape), None)
+        value, ok = flat, (flat >= info.min) & (flat <= info.max)
     if ok.all():
         return Narrowing(value.reshape(a.shape), None)
     first = np.unravel_index(int(np.argmin(ok)), a.shape)
@@ -352,13 +353,16 @@ def narrow_exactly(array: np.ndarray[Any, Any]) -> Narrowing:
 
 def _narrow_floats(x: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """float64 ``x`` (native, C-order) as float32, and where each element is exact (see narrow_exactly)."""
-    bits = x.view(np.uint64)
     with np.errstate(all="ignore"):
         out = x.astype(np.float32)  # round to nearest: exact where the value fits
-        fits = out.astype(np.float64).view(np.uint64) == bits
+        # Widening is exact and astype keeps the sign of zero and infinity, so value equality is bit
+        # equality for every non-NaN element (compared in float64 without a widened copy).
+        fits = x == out
+    if fits.all():
+        return out, fits
     nan = np.isnan(x)
     if nan.any():  # NaNs by their bits: the hardware conversion would quiet a signalling NaN
-        payload = bits[nan]
+        payload = x.view(np.uint64)[nan]
         fits[nan] = (payload & _LOW29) == 0
         sign = (payload >> np.uint64(63)) << np.uint64(31)
         out.view(np.uint32)[nan] = (sign | np.uint64(0x7F800000) | ((payload & _MANT52) >> np.uint64(29))).astype(
