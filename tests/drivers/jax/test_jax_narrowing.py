@@ -21,6 +21,7 @@ from layoutcore_jax import JaxDriver
 
 import layoutcore as lc
 from layoutcore.driver import DtypeNarrowingWarning, Limitation, as_bits
+from layoutcore.driver._fill import pack_owned
 
 MESH = lc.Mesh((4, 2), ("x", "y"))
 ROWS = lc.Layout(("x",), MESH)
@@ -72,6 +73,9 @@ ENTRY_POINTS: dict[str, Callable[[np.ndarray], Any]] = {
     "relayout of a plain value": lambda x: lc.relayout(x, ROWS, driver="jax"),
     "pack": lambda x: lc.pack([x[s] for s in ROWS.device_slices(x.shape)], ROWS, driver="jax"),
     "Variable": lambda x: lc.Variable(x, ROWS, driver="jax").value,
+    "pack_owned (checkpoint loads)": lambda x: pack_owned(
+        lc.get_driver("jax"), [x[s].copy() for s in ROWS.device_slices(x.shape)], ROWS, x.shape
+    ),
     "call_with_layout argument": lambda x: lc.call_with_layout(lambda a: a, ROWS, x, driver="jax"),
     "call_with_layout result": lambda x: lc.call_with_layout(lambda: x.copy(), ROWS, driver="jax"),
 }
@@ -137,14 +141,19 @@ def test_values_that_would_change_are_refused_naming_dtype_element_and_remedies(
     x, name, index, shown = REFUSED[case]
     with warnings.catch_warnings():
         # nothing was narrowed on the way to the refusal (pack narrows the components that fit before it)
-        warnings.simplefilter("ignore" if entry == "pack" else "error", DtypeNarrowingWarning)
+        warnings.simplefilter("ignore" if entry.startswith("pack") else "error", DtypeNarrowingWarning)
         with pytest.raises(lc.UnsupportedLayoutError) as info:
             ENTRY_POINTS[entry](x)
     err = info.value
     assert err.feature == Limitation.DTYPE and err.driver == "jax" and err.value == name
     text = str(err)
     assert name in text and shown in text, text
-    assert ("component" in text) if entry == "pack" else (index in text), text  # pack: the index in its component
+    if entry == "pack":  # the index in its component
+        assert "component" in text, text
+    elif entry.startswith("pack_owned"):
+        assert "block" in text, text
+    else:
+        assert index in text, text
     assert 'jax.config.update("jax_enable_x64", True)' in text and "x.astype(np." in text
 
 
