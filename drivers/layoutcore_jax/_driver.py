@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
-import warnings
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -19,12 +17,8 @@ from layoutcore.driver import (
     X64_DTYPES,
     Capability,
     Driver,
-    DtypeNarrowingWarning,
     Limitation,
     LRUCache,
-    as_bits,
-    dtype_name,
-    narrow_exactly,
 )
 
 from . import _relayout
@@ -35,6 +29,10 @@ from ._convert import (
     from_jax_mesh,
     from_jax_sharding,
     from_partition_spec,
+    narrowed_exactly,
+    warn_narrowed,
+    x64_remedies,
+    x64_request,
 )
 
 if TYPE_CHECKING:
@@ -79,40 +77,6 @@ def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
     if not dtype.isnative:  # big-endian data: the same numbers in this machine's byte order
         return value.astype(dtype.newbyteorder("="))
     return value
-
-
-def _element(array: np.ndarray, index: tuple[int, ...]) -> str:
-    """``array[index]`` for an error message, with its bits where it is a NaN (payloads differ)."""
-    item = array[index]
-    text = repr(item.item()) if isinstance(item, np.generic) else repr(item)
-    if array.dtype.kind in "fc" and np.isnan(item):
-        text += f" (bits {' '.join(f'0x{int(b):016x}' for b in np.atleast_1d(as_bits(np.asarray(item))))})"
-    return text
-
-
-def _caller_level() -> int:
-    """``warnings.warn``'s stacklevel of the first caller outside layoutcore (the user's line)."""
-    frame, level = sys._getframe(2), 2  # narrow_input's caller
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("layoutcore"):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _x64_request(leaf: Any) -> str | None:
-    """The 64-bit dtype a ``call_with_layout`` argument explicitly asks for (``np.int64``, ``jnp.float64``,
-    ``np.dtype("complex128")``, ``"float64"``), else None. Python's ``int``/``float`` types ask for JAX's
-    default dtype, which is no request for 64 bits; 64-bit NumPy arrays are values (narrowed exactly or refused)."""
-    # np.dtype("int64"), "float64", or a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
-    request = isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES)
-    if not request and not (
-        isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype")
-    ):
-        return None
-    try:
-        name = dtype_name(leaf)
-    except LayoutError:
-        return None
-    return name if name in X64_DTYPES else None
 
 
 def _short(value: Any) -> str:
@@ -298,36 +262,11 @@ class JaxDriver(Driver):
         """
         if name not in X64_DTYPES or self._jax.config.jax_enable_x64:
             raise self.dtype_refusal(name)
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        narrowed = narrow_exactly(array)
-        if narrowed.value is None:
-            assert narrowed.first is not None
-            raise UnsupportedLayoutError(
-                f"The jax driver does not hold dtype {name} with jax_enable_x64 off, and {what} does not fit "
-                f"{NARROWED[name]} exactly: element {narrowed.first} is {_element(array, narrowed.first)}, which "
-                f"{NARROWED[name]} would change. {self._x64_remedies(name)}.",
-                driver=self.name,
-                feature=Limitation.DTYPE,
-                value=name,
-            )
+        out = narrowed_exactly(value, name, what)
         if name not in self._narrowed:
             self._narrowed.add(name)
-            warnings.warn(
-                DtypeNarrowingWarning(
-                    f"The jax driver stores {name} values as {NARROWED[name]}, as jax.device_put does with "
-                    f"jax_enable_x64 off; every value fits exactly (values that do not are refused). Said once "
-                    f"per dtype. Enable jax_enable_x64 to keep {name}, or cast to {NARROWED[name]} first."
-                ),
-                stacklevel=_caller_level(),
-            )
-        return narrowed.value
-
-    @staticmethod
-    def _x64_remedies(name: str) -> str:
-        return (
-            '64-bit values need jax.config.update("jax_enable_x64", True) before arrays are made; or cast '
-            f"the value to a 32-bit dtype first (e.g. x.astype(np.{NARROWED[name]}))"
-        )
+            warn_narrowed(name)
+        return out
 
     def supported_dtypes(self) -> frozenset[str]:
         """All 18 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
@@ -340,7 +279,7 @@ class JaxDriver(Driver):
         if name in X64_DTYPES:
             return (
                 f"with jax_enable_x64 off JAX stores {name} values in {NARROWED[name]}, which may change them; "
-                f"{self._x64_remedies(name)}"
+                f"{x64_remedies(name)}"
             )
         return super().unsupported_dtype_reason(name)
 
@@ -596,7 +535,7 @@ class JaxDriver(Driver):
                 TensorSpec asking for a 64-bit dtype is refused).
         """
         for leaf in leaves:
-            name = _x64_request(leaf)
+            name = x64_request(leaf)
             if name is not None:
                 raise UnsupportedLayoutError(
                     f"call_with_layout: {fn!r} is asked for {name} (argument {_short(leaf)}), but "
