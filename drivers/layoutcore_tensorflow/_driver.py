@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import ALL_DTYPES, ML_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
+from layoutcore.driver import ML_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
 
-from ._convert import from_tensorflow_layout, native_layout
+from ._convert import HELD_DTYPES, from_tensorflow_layout, native_layout, refusing_unheld
 from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
 
@@ -190,7 +190,7 @@ class TensorFlowDriver(Driver):
 
     def supported_dtypes(self) -> frozenset[str]:
         """All of ``ALL_DTYPES`` but ``float8_e8m0fnu``, which TF 2.21 has no dtype for (MX block scales)."""
-        return _HELD
+        return HELD_DTYPES
 
     def prepare_input(self, value: Any) -> Any:
         """A ``tf.Variable``'s current value; NumPy arrays of a dtype TF holds, checked.
@@ -525,9 +525,9 @@ class TensorFlowDriver(Driver):
                 try:
                     found = cache.get(fn)
                 except TypeError:  # unhashable: wrap anew each call
-                    return tf.function(_refusing_unheld(fn, self.dtype_refusal), autograph=False)
+                    return tf.function(refusing_unheld(fn, self.dtype_refusal), autograph=False)
             if found is None:
-                found = tf.function(_refusing_unheld(fn, self.dtype_refusal), autograph=False)
+                found = tf.function(refusing_unheld(fn, self.dtype_refusal), autograph=False)
                 cache[fn] = found  # _wrapped_strong (builtins, which live forever) is bounded: an LRU
             return found
 
@@ -671,23 +671,6 @@ def _owned(value: Any) -> Any:
 #: front-end's to refuse). ml_dtypes' bfloat16/float8 are kind "V" too, and TF holds them.
 _NOT_TF_KINDS = "MmV"
 _ML_DTYPE_NAMES = ML_DTYPES  # float8_e8m0fnu among them: the front-end refuses it by name (supported_dtypes)
-#: The dtypes of ALL_DTYPES TF 2.21 has no tensor of (no tf.dtypes entry; tf.as_dtype refuses ml_dtypes').
-_NOT_IN_TF = frozenset({"float8_e8m0fnu"})
-_HELD = frozenset(ALL_DTYPES) - _NOT_IN_TF
-
-
-def _refusing_unheld(fn: Callable[..., Any], refusal: Callable[[str], Exception]) -> Callable[..., Any]:
-    """``fn``, refusing a NumPy result of a dtype TF has no tensor of (``float8_e8m0fnu``) by name, before
-    ``tf.function`` fails to convert it with a raw ``TypeError``."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        if isinstance(out, np.ndarray) and out.dtype.name in _NOT_IN_TF:
-            raise refusal(out.dtype.name)
-        return out
-
-    return call
 
 
 def _refuse_unheld(value: Any, what: str) -> None:
