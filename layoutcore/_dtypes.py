@@ -22,7 +22,6 @@ __all__ = [
     "ML_DTYPES",
     "NARROWED",
     "X64_DTYPES",
-    "DtypeNarrowingWarning",
     "Narrowing",
     "as_bits",
     "dtype_name",

@@ -1,4 +1,4 @@
-"""The README's "Example" block, run unchanged in a fresh interpreter under one driver (issue 28: the same
+"""The README's "Example" block, run unchanged in a fresh interpreter under one driver (the same
 program on every driver). Used by tests/test_readme_example.py (NumPy) and each driver's
 tests/drivers/<fw>/test_readme_example.py, each with its own tox env's Python (``sys.executable``).
 

@@ -1,4 +1,4 @@
-"""``narrow_exactly`` (DESIGN §10: JAX without x64) against a per-element oracle that shares no code with it:
+"""``narrow_exactly`` (docs/design.md#dtypes: JAX without x64) against a per-element oracle that shares no code with it:
 Python ints for integers, ``struct`` bit patterns for floats (IEEE 754 by hand for NaN payloads)."""
 
 from __future__ import annotations

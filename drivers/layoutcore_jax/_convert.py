@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore import DtypeNarrowingWarning, Layout, LayoutError, Mesh, UnsupportedLayoutError
 from layoutcore.driver import (
     NARROWED,
     X64_DTYPES,
-    DtypeNarrowingWarning,
     Limitation,
     as_bits,
     canonical_devices,

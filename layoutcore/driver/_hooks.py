@@ -388,7 +388,7 @@ class DriverHooks(abc.ABC):
         component (so checkpoint loads); the result's dtype must be one this driver holds. Default:
         the refusal. JAX with ``jax_enable_x64`` off: a 64-bit value whose every element fits its
         32-bit dtype exactly (``layoutcore.driver.narrow_exactly``), with a one-time
-        :class:`~layoutcore.driver.DtypeNarrowingWarning`.
+        :class:`~layoutcore.DtypeNarrowingWarning`.
 
         Args:
             value: a value :meth:`prepare_input` returned, or a ``pack`` component.

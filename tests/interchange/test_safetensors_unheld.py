@@ -1,4 +1,4 @@
-"""A stored tensor of a dtype layoutcore cannot hold is refused for that tensor alone (DESIGN §10).
+"""A stored tensor of a dtype layoutcore cannot hold is refused for that tensor alone (docs/design.md#dtypes).
 
 The file is written by hand per the safetensors format (frameworks/unheld_safetensors.py), not by
 layoutcore's writer: ``F32`` "w", ``F8_E8M0`` "scales" (MX block scales) and ``F4`` "packed".

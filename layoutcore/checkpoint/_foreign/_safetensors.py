@@ -114,7 +114,7 @@ def _refused(name: str, key: str, code: Any, shape: tuple[int, ...], span: tuple
     """
     begin, end = span
     bits = UNHELD_BITS.get(code) if isinstance(code, str) else None
-    need = None if bits is None else -(-math.prod(shape) * bits // 8)
+    need = None if bits is None else (math.prod(shape) * bits + 7) // 8  # whole bytes: sub-byte elements pack
     if not isinstance(code, str) or not 0 <= begin <= end or end > size or (need is not None and end - begin != need):
         raise checkpoint_error(
             f"safetensors file {name}: tensor {key!r} of dtype {code!r} claims bytes [{begin}, {end}) of the "

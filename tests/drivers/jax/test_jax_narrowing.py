@@ -1,6 +1,6 @@
 """JAX with jax_enable_x64 off: 64-bit values stored in 32 bits only where every element fits exactly.
 
-DESIGN §10: ``np.arange(8)``, ``np.zeros(3)``, ``np.arange(16.0)`` and small uint64/complex128 values are
+docs/design.md#dtypes: ``np.arange(8)``, ``np.zeros(3)``, ``np.arange(16.0)`` and small uint64/complex128 values are
 placed in int32/float32/uint32/complex64 with equal values (one DtypeNarrowingWarning per dtype); 2**40,
 0.1, 2**63 + 1, 0.1j and a float64 NaN payload float32 cannot carry are refused with
 UnsupportedLayoutError naming the dtype, the element and the remedies. The oracle: each element
@@ -20,7 +20,8 @@ import pytest
 from layoutcore_jax import JaxDriver
 
 import layoutcore as lc
-from layoutcore.driver import DtypeNarrowingWarning, Limitation, as_bits
+from layoutcore import DtypeNarrowingWarning
+from layoutcore.driver import Limitation, as_bits
 from layoutcore.driver._fill import pack_owned
 
 MESH = lc.Mesh((4, 2), ("x", "y"))

@@ -1,4 +1,4 @@
-"""Checkpoint loads into JAX with jax_enable_x64 off (DESIGN §10): a saved int64 ``np.arange`` and Python
+"""Checkpoint loads into JAX with jax_enable_x64 off (docs/design.md#dtypes): a saved int64 ``np.arange`` and Python
 int come back as int32 with equal values (the driver's pack narrows them); a saved value that int32 would
 change is refused naming the tensor; a ``TensorSpec`` target asking for int64 is refused, not narrowed."""
 

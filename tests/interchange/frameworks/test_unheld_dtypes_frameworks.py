@@ -1,6 +1,6 @@
 """A safetensors file holding F32, F8_E8M0 and F4 tensors, loaded into JAX, torch and TensorFlow (each in
 its own process: TF and torch cannot share one): F4 refused by name, F32 loaded, F8_E8M0 bit for bit
-where the framework has float8_e8m0fnu (JAX, torch) and refused by name on TF (DESIGN §10)."""
+where the framework has float8_e8m0fnu (JAX, torch) and refused by name on TF (docs/design.md#dtypes)."""
 
 from __future__ import annotations
 
