@@ -1,7 +1,9 @@
 """Regenerate the dtype support table of ``docs/dtypes.md`` from what each driver declares.
 
 Each driver's column is its ``Driver.supported_dtypes()``, read in that driver's own environment
-(one framework per process; JAX twice: with ``jax_enable_x64`` off, its default, and on). The part
+(one framework per process; JAX twice: with ``jax_enable_x64`` off, its default, and on); a dtype it
+does not hold but stores in another where the values fit exactly (``Driver.narrow_input``, JAX's
+64-bit dtypes without x64) reads "as <dtype> if exact". The part
 of ``docs/dtypes.md`` between the ``BEGIN dtype-table`` / ``END dtype-table`` markers is rewritten.
 Each driver's test suite checks its column against the declaration (``test_*_dtypes.py``), so a
 page out of date fails there. Run from the repository root::
