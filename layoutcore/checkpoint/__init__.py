@@ -16,6 +16,7 @@ from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
 from . import _api, _foreign
 from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan
+from ._crc import SlowChecksumWarning
 from ._foreign import export_safetensors
 from ._save import save
 
@@ -25,6 +26,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "ReadPlan",
+    "SlowChecksumWarning",
     "TensorSpec",
     "export_safetensors",
     "inspect",
