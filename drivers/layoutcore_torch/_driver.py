@@ -61,6 +61,7 @@ _GLOO_CARRIERS = {
     "uint64": "int64",
     "float8_e4m3fn": "uint8",
     "float8_e5m2": "uint8",
+    "float8_e8m0fnu": "uint8",
 }
 
 
