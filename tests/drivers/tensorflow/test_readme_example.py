@@ -1,4 +1,4 @@
-"""The README's example under LAYOUTCORE_DRIVER=tensorflow: runs up to its documented refusal of the uneven line (docs/drivers/tensorflow.md), which must be UnsupportedLayoutError(feature="uneven"), and on after it."""
+"""The README's example, unchanged, under LAYOUTCORE_DRIVER=tensorflow: the uneven line is refused with UnsupportedLayoutError(feature="uneven") (docs/drivers/tensorflow.md), which the example itself catches."""
 
 from __future__ import annotations
 
