@@ -9,7 +9,8 @@ framework (torch is imported when a ``Link`` is made).
 from __future__ import annotations
 
 from .._errors import TransferError
+from ._link import Link, TransferReport
 from ._plan import Piece, TransferPlan, plan
 from ._routes import Route
 
-__all__ = ["Piece", "Route", "TransferError", "TransferPlan", "plan"]
+__all__ = ["Link", "Piece", "Route", "TransferError", "TransferPlan", "TransferReport", "plan"]

@@ -1,0 +1,149 @@
+"""The wire: ``torch.distributed`` collectives for metadata and point-to-point buckets for data.
+
+Every wait is bounded: collectives and point-to-point works are started with ``async_op`` /
+``batch_isend_irecv`` and waited on with ``Work.wait(timeout)``, so a peer that died (gloo: the
+connection closes, the wait fails at once) or hangs (the wait times out) makes this rank raise
+:class:`~layoutcore.TransferError` within ``timeout`` seconds of the last completed round. torch is
+imported here, when a :class:`Wire` is made, never when ``layoutcore.transfer`` is imported.
+
+Buckets are exchanged in rounds: round ``k`` moves the ``k``-th bucket of every rank pair at once
+(one ``batch_isend_irecv``). The next round's buckets are packed while a round is on the wire, and a
+round's received buckets are unpacked while the next one is on the wire, so at most two buckets per
+peer and direction are alive: memory is bounded by ``4 * bucket_bytes * peers``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import TransferError
+
+__all__ = ["Wire"]
+
+
+class Wire:
+    """Collectives over the link's members and rounds of point-to-point buckets.
+
+    Args:
+        group: the torch process group (``None``: the default group).
+        members: the link's ranks in ``group`` (senders | receivers), ascending.
+        timeout: seconds any one wait may take.
+    """
+
+    def __init__(self, group: Any, members: tuple[int, ...], timeout: float) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.group = torch, dist, group
+        if not dist.is_available() or not dist.is_initialized():
+            raise TransferError(
+                "transfer.Link needs an initialised torch.distributed process group "
+                "(torch.distributed.init_process_group('gloo' or 'nccl', ...)) that holds both jobs' processes"
+            )
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.timeout = datetime.timedelta(seconds=timeout)
+        self.members = members
+        self.glob = {r: (r if group is None else dist.get_global_rank(group, r)) for r in members}
+        if self.rank not in members:
+            raise TransferError(f"transfer.Link: rank {self.rank} is neither a sender nor a receiver {list(members)}")
+        if len(members) == self.size:
+            self.collective = group
+        else:  # only the members take part in metadata exchanges
+            self.collective = dist.new_group(ranks=[self.glob[r] for r in members], use_local_synchronization=True)
+        self.metadata_bytes = 0
+        self.broken = False  # a wait failed: the group may be unusable (a peer died or hung)
+
+    def _wait(self, works: list[Any], what: str) -> None:
+        for work in works:
+            try:
+                work.wait(timeout=self.timeout)
+            except Exception as exc:  # torch's own error types (DistBackendError, RuntimeError, ...)
+                self.broken = True
+                raise TransferError(
+                    f"transfer: rank {self.rank} failed while {what} (a peer died or hung, or torch failed; "
+                    f"timeout {self.timeout.total_seconds():g} s): {type(exc).__name__}: {str(exc)[:400]}",
+                    rank=self.rank,
+                ) from exc
+
+    def all_gather(self, obj: Any, what: str = "exchanging metadata") -> list[Any]:
+        """Every member's ``obj`` (pickled), in member order; counts the bytes received in ``metadata_bytes``."""
+        torch, dist = self.torch, self.dist
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        n = len(self.members)
+        size = torch.tensor([len(payload)], dtype=torch.int64)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+        try:
+            works = [dist.all_gather(sizes, size, group=self.collective, async_op=True)]
+        except Exception as exc:
+            raise TransferError(f"transfer: rank {self.rank}: {what} failed: {exc}", rank=self.rank) from exc
+        self._wait(works, what)
+        longest = max(int(s.item()) for s in sizes)
+        buf = torch.zeros(longest, dtype=torch.uint8)
+        buf[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        outs = [torch.empty(longest, dtype=torch.uint8) for _ in range(n)]
+        try:
+            works = [dist.all_gather(outs, buf, group=self.collective, async_op=True)]
+        except Exception as exc:
+            raise TransferError(f"transfer: rank {self.rank}: {what} failed: {exc}", rank=self.rank) from exc
+        self._wait(works, what)
+        self.metadata_bytes += (n - 1) * (8 + longest)
+        return [pickle.loads(o[: int(s.item())].numpy().tobytes()) for o, s in zip(outs, sizes, strict=True)]
+
+    def rounds(
+        self,
+        count: int,
+        pack: Callable[[int], dict[int, np.ndarray]],
+        receive_into: Callable[[int], dict[int, np.ndarray]],
+        unpack: Callable[[int, dict[int, np.ndarray]], None],
+        clock: dict[str, float],
+    ) -> None:
+        """Run ``count`` rounds: ``pack(k)`` -> peer -> bytes to send, ``receive_into(k)`` -> peer -> buffer,
+        ``unpack(k, buffers)`` once they arrived. Adds seconds to ``clock['packing'|'wire'|'unpacking']``."""
+        if count == 0:
+            return
+        now = time.perf_counter
+        began = now()
+        sends, recvs = pack(0), receive_into(0)
+        clock["packing"] += now() - began
+        works = self._start(sends, recvs)
+        for k in range(count):
+            began = now()
+            nxt = (pack(k + 1), receive_into(k + 1)) if k + 1 < count else ({}, {})
+            clock["packing"] += now() - began  # packed while round k is on the wire
+            began = now()
+            self._wait(works, f"moving bucket round {k} of {count}")
+            clock["wire"] += now() - began
+            done = recvs
+            if k + 1 < count:
+                sends, recvs = nxt
+                works = self._start(sends, recvs)
+            began = now()
+            unpack(k, done)  # while round k + 1 is on the wire
+            clock["unpacking"] += now() - began
+
+    def _start(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray]) -> list[Any]:
+        torch, dist = self.torch, self.dist
+        ops = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only send buffers: gloo only reads them
+            for peer, buf in sends.items():
+                ops.append(dist.P2POp(dist.isend, torch.from_numpy(buf), self.glob[peer], group=self.group))
+            for peer, buf in recvs.items():
+                ops.append(dist.P2POp(dist.irecv, torch.from_numpy(buf), self.glob[peer], group=self.group))
+        if not ops:
+            return []
+        try:
+            return list(dist.batch_isend_irecv(ops))
+        except Exception as exc:
+            raise TransferError(
+                f"transfer: rank {self.rank}: starting point-to-point transfers failed: {type(exc).__name__}: {exc}",
+                rank=self.rank,
+            ) from exc
