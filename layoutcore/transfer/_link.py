@@ -127,6 +127,11 @@ class Link:
         s, r = self.rank in self.senders, self.rank in self.receivers
         return "both" if s and r else "sender" if s else "receiver"
 
+    def _misuse(self) -> str:
+        call = {"sender": "link.send", "receiver": "link.receive", "both": "link.sync"}[self.role]
+        what = "both a sender and a receiver" if self.role == "both" else f"only a {self.role}"
+        return f"rank {self.rank} is {what} of this link: call {call}"
+
     # -- public entry points -------------------------------------------------------------------
     def send(self, tree: Any, *, verify: bool = False) -> TransferReport:
         """Send ``tree`` (a tree of distributed tensors of any driver) from this sender-only rank's components.
@@ -135,7 +140,7 @@ class Link:
             TransferError: on every rank of the link, for the reasons in :func:`~layoutcore.transfer.plan`,
                 a peer that died or hung, or this rank being a receiver too (use :meth:`sync`).
         """
-        misuse = None if self.role == "sender" else f"rank {self.rank} is a {self.role}: use link.receive or link.sync"
+        misuse = None if self.role == "sender" else self._misuse()
         self._run(tree, None, None, None, None, None, verify, misuse)
         assert self.last_report is not None
         return self.last_report
@@ -162,7 +167,7 @@ class Link:
                 sender too, or any reason of :func:`~layoutcore.transfer.plan`; a peer that died or hung;
                 a CRC mismatch with ``verify`` (naming path and box).
         """
-        misuse = None if self.role == "receiver" else f"rank {self.rank} is a {self.role}: use link.send or link.sync"
+        misuse = None if self.role == "receiver" else self._misuse()
         return self._run(None, target, into, rename, fuse, driver, verify, misuse)
 
     def sync(
@@ -181,7 +186,7 @@ class Link:
         Raises:
             TransferError: as :meth:`send` and :meth:`receive`; this rank not being in both sets.
         """
-        misuse = None if self.role == "both" else f"rank {self.rank} is a {self.role}: use link.send or link.receive"
+        misuse = None if self.role == "both" else self._misuse()
         return self._run(tree, target, into, rename, fuse, driver, verify, misuse)
 
     # -- one sync ------------------------------------------------------------------------------

@@ -103,6 +103,28 @@ def run(w: Any) -> None:
         c.pop("out")
         w.RESULT[name] = c
 
+    # verify=True: a CRC-32C per sub-box; then one corrupted on rank 2 (its check sees a wrong sum)
+    c = w.counted(
+        lambda: link.send(rows_tree(), verify=True) if rank < 2 else link.receive(cols, driver="torch", verify=True)
+    )
+    out = c.pop("out")
+    c["checksum_bytes"] = link.last_report.checksum_bytes
+    if rank >= 2:
+        c["ok"] = {k: w.shards_ok(out[k], w.oracle(k, *SHAPES[k]), cols[k], "torch") for k in SHAPES}
+    w.RESULT["verify"] = c
+    if rank == 2:
+        from layoutcore.transfer import _schedule
+
+        real = _schedule._crc
+        _schedule._crc = lambda data: real(data) ^ 1  # type: ignore[assignment]
+    c = w.counted(
+        lambda: link.send(rows_tree(), verify=True) if rank < 2 else link.receive(cols, driver="torch", verify=True)
+    )
+    c.pop("out")
+    w.RESULT["corrupt"] = c
+    if rank == 2:
+        _schedule._crc = real  # type: ignore[assignment]
+
     # colocated: ranks 0 and 1 send and receive; into= keeps each torch tensor's storage
     if rank < 2:
         both = transfer.Link(senders=[0, 1], receivers=[0, 1], timeout=60)
@@ -117,3 +139,6 @@ def run(w: Any) -> None:
         c["storage_kept"] = all([t.data_ptr() for t in lc.unpack(into[k])] == ptrs[k] for k in into)
         c["ok"] = {k: w.shards_ok(into[k], w.oracle(k, *SHAPES[k]), Layout((None, "x"), S), "torch") for k in SHAPES}
         w.RESULT["colocated"] = c
+        c = w.counted(lambda: both.send(rows_tree()))  # a rank in both sets must call sync
+        c.pop("out")
+        w.RESULT["misuse"] = c

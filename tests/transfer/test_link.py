@@ -116,6 +116,25 @@ def test_colocated_ranks_copy_locally_and_fill_into_keeping_storage(torch4: dict
         assert case["same_objects"] and case["storage_kept"]
 
 
+def test_verify_checks_a_crc_per_piece_and_names_path_and_box(torch4: dict[int, dict[str, Any]]) -> None:
+    for rank, result in torch4.items():
+        case = result["verify"]
+        assert case["error"] is None and case["checksum_bytes"] > 0
+        assert case["sent"] + case["received"] > case["checksum_bytes"]  # data plus 4 bytes per sub-box
+    assert all(torch4[r]["verify"]["ok"] for r in (2, 3))
+    errors = [torch4[r]["corrupt"]["error"] for r in torch4]
+    assert all(e is not None for e in errors)  # rank 2's mismatch reaches every rank
+    assert "CRC-32C mismatch" in torch4[2]["corrupt"]["error"]["message"] and "box" in errors[2]["message"]
+    assert torch4[2]["corrupt"]["error"]["paths"][0] in ("w_f32", "w_bf16", "w_i32")
+
+
+def test_send_on_a_rank_in_both_sets_raises(torch4: dict[int, dict[str, Any]]) -> None:
+    for rank in (0, 1):
+        case = torch4[rank]["misuse"]
+        assert case["error"] is not None and "call link.sync" in case["error"]["message"]
+        assert case["sent"] == case["received"] == 0
+
+
 @pytest.mark.parametrize("case", ["missing", "dtype", "fused_sizes"])
 def test_bad_plans_fail_closed_on_every_rank_before_any_byte(torch4: dict[int, dict[str, Any]], case: str) -> None:
     for result in torch4.values():
