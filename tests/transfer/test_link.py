@@ -117,7 +117,7 @@ def test_colocated_ranks_copy_locally_and_fill_into_keeping_storage(torch4: dict
 
 
 def test_verify_checks_a_crc_per_piece_and_names_path_and_box(torch4: dict[int, dict[str, Any]]) -> None:
-    for rank, result in torch4.items():
+    for result in torch4.values():
         case = result["verify"]
         assert case["error"] is None and case["checksum_bytes"] > 0
         assert case["sent"] + case["received"] > case["checksum_bytes"]  # data plus 4 bytes per sub-box
