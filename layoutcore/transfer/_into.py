@@ -23,9 +23,10 @@ import numpy as np
 
 from .._dtypes import dtype_name, numpy_dtype
 from .._errors import TransferError
-from ._local import Local, _bound
+from .._tensor_spec import TensorSpec
+from ._local import Local, _bound, distributed, receiver_local
 
-__all__ = ["into_local"]
+__all__ = ["fresh_local", "into_local"]
 
 
 def into_local(path: str, value: Any) -> Local:
@@ -34,18 +35,7 @@ def into_local(path: str, value: Any) -> Local:
     Raises:
         TransferError: ``value`` is not a distributed tensor of an installed driver.
     """
-    from .._tensor_spec import TensorSpec
-    from ..driver._frontend import HoldsValue
-    from ..driver._registry import driver_for
-
-    if isinstance(value, HoldsValue):
-        value = value.value
-    drv = driver_for(value)
-    if not drv.is_distributed(value):
-        raise TransferError(
-            f"transfer: into leaf {path!r} is a {type(value).__name__}, not a distributed tensor of any installed driver",
-            paths=(path,),
-        )
+    value, drv = distributed(path, value, "into")
     user = drv.fetch_layout(value)
     layout, positions = _bound(drv, user)
     spec = TensorSpec(drv.shape_of(value), dtype_name(value.dtype), layout)
@@ -109,3 +99,26 @@ def _numpy_views(components: list[Any], value: Any) -> tuple[list[np.ndarray], A
         return value
 
     return arrays, finish
+
+
+def fresh_local(path: str, spec: Any, drv: Any) -> Local:
+    """Buffers for a new tensor of ``spec`` under ``drv`` (``receive(target=...)``).
+
+    On torch, the tensor is made first with ``call_with_layout(torch.empty, ...)`` (each shard
+    allocated in place) and filled like ``into``: no copy after the wire. Elsewhere, and where
+    torch's factory cannot make the layout, NumPy buffers that ``pack`` turns into the tensor.
+    """
+    if drv.name == "torch":
+        import torch  # the link runs on torch.distributed: torch is imported already
+
+        dtype = getattr(torch, spec.dtype, None)
+        if isinstance(dtype, torch.dtype):
+            try:
+                tensor = drv.call_with_layout(torch.empty, spec.layout, tuple(spec.shape), dtype=dtype)
+            except Exception:  # a layout torch's factories cannot make: the general path below
+                tensor = None
+            if tensor is not None:
+                local = into_local(path, tensor)
+                local.finish = lambda: tensor
+                return local
+    return receiver_local(path, spec, drv)

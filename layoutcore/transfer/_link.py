@@ -22,13 +22,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .._errors import TransferError
 from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._tensor_spec import TensorSpec
 from . import _schedule
-from ._into import into_local
-from ._local import Local, leaves, receiver_local, sender_local, target_forms
+from ._into import fresh_local, into_local
+from ._local import Local, leaves, sender_local, target_forms
 from ._plan import TransferPlan, plan
 from ._routes import _fuse_entry
 
@@ -121,6 +123,7 @@ class Link:
         self.last_report: TransferReport | None = None
         self._schedules: dict[Any, tuple[TransferPlan, _schedule.Schedule]] = {}
         self._specs: dict[str, TensorSpec] = {}  # JSON text -> spec, so a repeated sync parses nothing
+        self._pool: dict[tuple[str, int, int], Any] = {}  # bucket buffers, kept between syncs
 
     @property
     def role(self) -> str:
@@ -381,7 +384,7 @@ class _Sync:
 
             drv = get_driver(self.driver)
             for path, spec in self._target_specs(rename, fuse or {}).items():
-                self.receivers[path] = receiver_local(path, spec, drv)
+                self.receivers[path] = fresh_local(path, spec, drv)
         tdev: dict[str, int] = {}
         for local in self.receivers.values():
             devices = local.spec.mesh.devices or ()
@@ -468,14 +471,31 @@ class _Sync:
         clock["unpacking"] += time.perf_counter() - start
         direct: dict[tuple[int, int], bool] = {}
 
+        pool = self.link._pool
+
+        def buffer(kind: str, peer: int, k: int) -> Callable[[int], Any]:
+            # two buffers per peer and direction (round k is unpacked while round k + 1 is on the wire)
+            def get(size: int) -> Any:
+                key = (kind, peer, k % 2)
+                buf = pool.get(key)
+                if buf is None or buf.nbytes < size:
+                    buf = pool[key] = np.empty(size, dtype=np.uint8)
+                return buf[:size]
+
+            return get
+
         def pack(k: int) -> dict[int, Any]:
-            return {p: _schedule.pack(b[k], senders, verify) for p, b in sched.sends.items() if k < len(b)}
+            return {
+                p: _schedule.pack(b[k], senders, verify, buffer("send", p, k))
+                for p, b in sched.sends.items()
+                if k < len(b)
+            }
 
         def receive_into(k: int) -> dict[int, Any]:
             out = {}
             for p, b in sched.recvs.items():
                 if k < len(b):
-                    out[p], direct[(k, p)] = _schedule.receive_buffer(b[k], receivers, verify)
+                    out[p], direct[(k, p)] = _schedule.receive_buffer(b[k], receivers, verify, buffer("recv", p, k))
             return out
 
         def unpack(k: int, bufs: dict[int, Any]) -> None:

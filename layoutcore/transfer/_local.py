@@ -20,7 +20,7 @@ from .._dtypes import dtype_name, numpy_dtype
 from .._errors import TransferError
 from .._layout import Layout
 from .._layout_map import LayoutMap
-from .._paths import _children, _join
+from .._paths import map_leaves
 from .._tensor_spec import Box, TensorSpec
 
 __all__ = ["Local", "leaves", "receiver_local", "sender_local"]
@@ -56,19 +56,12 @@ def leaves(tree: Any, *, keep: tuple[type, ...] = ()) -> list[tuple[str, Any]]:
     """``(path, leaf)`` for every leaf with a ``.shape`` or of a type in ``keep`` (paths as §6: keys joined by ``/``)."""
     out: list[tuple[str, Any]] = []
 
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, keep):
-            out.append((path, node))
-            return
-        children = _children(node)
-        if children is None:
-            if hasattr(node, "shape"):
-                out.append((path, node))
-            return
-        for key, child in children:
-            walk(child, _join(path, key, "/"))
+    def visit(path: str, leaf: Any) -> Any:
+        if isinstance(leaf, keep) or hasattr(leaf, "shape"):
+            out.append((path, leaf))
+        return leaf
 
-    walk(tree, "")
+    map_leaves(tree, visit, "/")
     return out
 
 
@@ -80,11 +73,11 @@ def _bound(drv: Any, layout: Layout) -> tuple[Layout, list[int]]:
     return Layout(layout.axes, concrete), list(drv.local_positions(mesh, devices))
 
 
-def sender_local(path: str, value: Any) -> Local:
-    """This process's components of the distributed tensor ``value``, as NumPy arrays (views where possible).
+def distributed(path: str, value: Any, what: str) -> tuple[Any, Any]:
+    """``value`` (a Variable's value unwrapped) and its driver ("the value chooses the driver").
 
     Raises:
-        TransferError: ``value`` is not a distributed tensor of an installed driver.
+        TransferError: ``value`` is not a distributed tensor of an installed driver (naming ``path``).
     """
     from ..driver._frontend import HoldsValue
     from ..driver._registry import driver_for
@@ -94,10 +87,20 @@ def sender_local(path: str, value: Any) -> Local:
     drv = driver_for(value)
     if not drv.is_distributed(value):
         raise TransferError(
-            f"transfer: sender leaf {path!r} is a {type(value).__name__}, not a distributed tensor of any "
+            f"transfer: {what} leaf {path!r} is a {type(value).__name__}, not a distributed tensor of any "
             "installed driver (distribute it first: lc.distribute_tensor(value, layout))",
             paths=(path,),
         )
+    return value, drv
+
+
+def sender_local(path: str, value: Any) -> Local:
+    """This process's components of the distributed tensor ``value``, as NumPy arrays (views where possible).
+
+    Raises:
+        TransferError: ``value`` is not a distributed tensor of an installed driver.
+    """
+    value, drv = distributed(path, value, "sender")
     layout, positions = _bound(drv, drv.fetch_layout(value))
     spec = TensorSpec(drv.shape_of(value), dtype_name(value.dtype), layout)
     arrays = [np.asarray(drv.component_to_numpy(c)) for c in drv.unpack(value)]

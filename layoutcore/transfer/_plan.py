@@ -162,9 +162,7 @@ def _rank_map(ranks: Any, side: str) -> dict[str, int]:
 
 
 def _specs(specs: Any, side: str) -> Mapping[str, TensorSpec]:
-    if not isinstance(specs, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, TensorSpec) for k, v in specs.items()
-    ):
+    if not isinstance(specs, Mapping) or not all(type(k) is str and type(v) is TensorSpec for k, v in specs.items()):
         raise TransferError(f"{side} must be a mapping path -> TensorSpec. Received: {type(specs).__name__}")
     return specs
 
@@ -345,6 +343,10 @@ def plan(
     """
     sources, targets = _specs(sources, "sources"), _specs(targets, "targets")
     smap, tmap = _rank_map(source_ranks, "source"), _rank_map(target_ranks, "target")
+    quick = _quick_key(sources, targets, smap, tmap, rename, fuse)
+    cached = _CACHE.get(quick) if quick is not None else None
+    if cached is not None:
+        return cached
     resolved = routes(sources, targets, rename, fuse)
     key = (
         tuple((r, targets[r.receiver], tuple(sources[s] for s in r.senders)) for r in resolved),
@@ -355,10 +357,40 @@ def plan(
     if cached is not None:
         return cached
     result = _build(resolved, sources, targets, smap, tmap)
-    if len(_CACHE) >= _CACHE_SIZE:
-        del _CACHE[next(iter(_CACHE))]
-    _CACHE[key] = result
+    for k in (key, quick):
+        if k is not None:
+            if len(_CACHE) >= _CACHE_SIZE:
+                del _CACHE[next(iter(_CACHE))]
+            _CACHE[k] = result
     return result
+
+
+def _quick_key(
+    sources: Mapping[str, TensorSpec],
+    targets: Mapping[str, TensorSpec],
+    smap: dict[str, int],
+    tmap: dict[str, int],
+    rename: Any,
+    fuse: Any,
+) -> Any:
+    """The call's inputs as a key, before ``rename``/``fuse`` are resolved (a repeated call skips resolving);
+    ``None`` when they cannot be keyed (a callable ``rename``: keyed by its resolution instead)."""
+    try:
+        fuse_key = None if fuse is None else repr(sorted(fuse.items()))
+        names = None if rename is None else tuple(sorted(rename.items())) if isinstance(rename, Mapping) else None
+    except (AttributeError, TypeError):
+        return None
+    if rename is not None and names is None:
+        return None
+    return (
+        "inputs",
+        tuple(sources.items()),
+        tuple(targets.items()),
+        tuple(smap.items()),
+        tuple(tmap.items()),
+        names,
+        fuse_key,
+    )
 
 
 def _build(

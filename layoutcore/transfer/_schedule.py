@@ -112,15 +112,18 @@ def _first_holder(local: Local, box: Box, path: str) -> int:
     return holders[0]
 
 
-def pack(items: list[Item], senders: dict[str, Local], verify: bool) -> np.ndarray:
-    """The bytes of ``items`` in order (a view of the tensor when it is one contiguous sub-box and no CRC)."""
+def pack(items: list[Item], senders: dict[str, Local], verify: bool, pool: Any = None) -> np.ndarray:
+    """The bytes of ``items`` in order (a view of the tensor when it is one contiguous sub-box and no CRC).
+
+    ``pool(nbytes)`` gives the bucket's buffer (reused between rounds and syncs: a fresh one costs page faults)."""
     if len(items) == 1 and not verify:
         path, sbox = items[0][0], items[0][1]
         src = region(senders[path], _first_holder(senders[path], sbox, path), sbox)
         if src.flags.c_contiguous:
             return src.reshape(-1).view(np.uint8)
     total = sum(item[4] for item in items)
-    buf = np.empty(total + (4 * len(items) if verify else 0), dtype=np.uint8)
+    size = total + (4 * len(items) if verify else 0)
+    buf = np.empty(size, dtype=np.uint8) if pool is None else pool(size)
     offset = 0
     crcs = []
     for path, sbox, _, _, nbytes in items:
@@ -136,7 +139,9 @@ def pack(items: list[Item], senders: dict[str, Local], verify: bool) -> np.ndarr
     return buf
 
 
-def receive_buffer(items: list[Item], receivers: dict[str, Local], verify: bool) -> tuple[np.ndarray, bool]:
+def receive_buffer(
+    items: list[Item], receivers: dict[str, Local], verify: bool, pool: Any = None
+) -> tuple[np.ndarray, bool]:
     """Where a bucket lands: the tensor's own memory (``True``) when it can, else a new buffer (``False``)."""
     if len(items) == 1 and not verify:
         _, _, path, rbox, _ = items[0]
@@ -145,8 +150,8 @@ def receive_buffer(items: list[Item], receivers: dict[str, Local], verify: bool)
             dst = region(receivers[path], holders[0], rbox)
             if dst.flags.c_contiguous and dst.flags.writeable:
                 return dst.reshape(-1).view(np.uint8), True
-    total = sum(item[4] for item in items)
-    return np.empty(total + (4 * len(items) if verify else 0), dtype=np.uint8), False
+    size = sum(item[4] for item in items) + (4 * len(items) if verify else 0)
+    return (np.empty(size, dtype=np.uint8) if pool is None else pool(size)), False
 
 
 def unpack(items: list[Item], buf: np.ndarray, receivers: dict[str, Local], verify: bool, peer: int) -> None:

@@ -25,7 +25,10 @@ import numpy as np
 
 from .._errors import TransferError
 
-__all__ = ["Wire"]
+__all__ = ["SLOT", "Wire"]
+
+#: Bytes per member of a metadata all-gather's first round (a payload up to this size needs no second).
+SLOT = 4096
 
 
 class Wire:
@@ -74,28 +77,37 @@ class Wire:
                 ) from exc
 
     def all_gather(self, obj: Any, what: str = "exchanging metadata") -> list[Any]:
-        """Every member's ``obj`` (pickled), in member order; counts the bytes received in ``metadata_bytes``."""
-        torch, dist = self.torch, self.dist
+        """Every member's ``obj`` (pickled), in member order; counts the bytes received in ``metadata_bytes``.
+
+        One all-gather of a :data:`SLOT`-byte slot (length and payload) per member; only when a payload is
+        longer, a second all-gather of the longest length.
+        """
+        torch = self.torch
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         n = len(self.members)
-        size = torch.tensor([len(payload)], dtype=torch.int64)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
-        try:
-            works = [dist.all_gather(sizes, size, group=self.collective, async_op=True)]
-        except Exception as exc:
-            raise TransferError(f"transfer: rank {self.rank}: {what} failed: {exc}", rank=self.rank) from exc
-        self._wait(works, what)
-        longest = max(int(s.item()) for s in sizes)
-        buf = torch.zeros(longest, dtype=torch.uint8)
+        slot = np.zeros(SLOT, dtype=np.uint8)
+        slot[:8] = np.array([len(payload)], dtype="<i8").view(np.uint8)
+        head = payload[: SLOT - 8]
+        slot[8 : 8 + len(head)] = np.frombuffer(head, dtype=np.uint8)
+        outs = self._gather(torch.from_numpy(slot), n, what)
+        lengths = [int(o[:8].numpy().view("<i8")[0]) for o in outs]
+        if max(lengths) <= SLOT - 8:
+            return [pickle.loads(o[8 : 8 + size].numpy().tobytes()) for o, size in zip(outs, lengths, strict=True)]
+        buf = torch.zeros(max(lengths), dtype=torch.uint8)
         buf[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        outs = [torch.empty(longest, dtype=torch.uint8) for _ in range(n)]
+        outs = self._gather(buf, n, what)
+        return [pickle.loads(o[:size].numpy().tobytes()) for o, size in zip(outs, lengths, strict=True)]
+
+    def _gather(self, tensor: Any, n: int, what: str) -> list[Any]:
+        outs = [self.torch.empty_like(tensor) for _ in range(n)]
         try:
-            works = [dist.all_gather(outs, buf, group=self.collective, async_op=True)]
+            works = [self.dist.all_gather(outs, tensor, group=self.collective, async_op=True)]
         except Exception as exc:
+            self.broken = True
             raise TransferError(f"transfer: rank {self.rank}: {what} failed: {exc}", rank=self.rank) from exc
         self._wait(works, what)
-        self.metadata_bytes += (n - 1) * (8 + longest)
-        return [pickle.loads(o[: int(s.item())].numpy().tobytes()) for o, s in zip(outs, sizes, strict=True)]
+        self.metadata_bytes += (n - 1) * tensor.numel()
+        return outs
 
     def rounds(
         self,
