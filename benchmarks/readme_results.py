@@ -362,9 +362,10 @@ def _transfer_packing(which: str) -> Callable[[Data], Cell]:
 
 _TRANSFER_SYNCS = (
     "2->2 rows->columns, bucket 64 MiB",
-    "2->2 rows->columns, bucket 8 MiB",
-    "2->2 rows->rows, bucket 64 MiB",
-    "4->4 rows->columns, bucket 64 MiB",
+    "2->2 rows->columns, bucket 16 MiB",
+    "2->2 rows->columns, bucket 4 MiB",
+    "2->2 rows->rows, bucket 16 MiB",
+    "4->4 rows->columns, bucket 16 MiB",
 )
 
 

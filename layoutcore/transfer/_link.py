@@ -17,6 +17,7 @@ A sync, on every rank of the link:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from ._routes import _fuse_entry
 
 __all__ = ["Link", "TransferReport"]
 
-DEFAULT_BUCKET_BYTES = 64 * 2**20
+DEFAULT_BUCKET_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,12 +485,12 @@ class _Sync:
 
             return get
 
-        def pack(k: int) -> dict[int, Any]:
-            return {
-                p: _schedule.pack(b[k], senders, verify, buffer("send", p, k))
+        def packers(k: int) -> list[tuple[int, Callable[[], Any]]]:
+            return [
+                (p, functools.partial(_schedule.pack, b[k], senders, verify, buffer("send", p, k)))
                 for p, b in sched.sends.items()
                 if k < len(b)
-            }
+            ]
 
         def receive_into(k: int) -> dict[int, Any]:
             out = {}
@@ -503,7 +504,7 @@ class _Sync:
                 if not direct.pop((k, p)):
                     _schedule.unpack(sched.recvs[p][k], buf, receivers, verify, p)
 
-        self.wire.rounds(sched.rounds, pack, receive_into, unpack, clock)
+        self.wire.rounds(sched.rounds, packers, receive_into, unpack, clock)
         sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
         received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
         crc = (

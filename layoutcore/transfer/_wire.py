@@ -112,34 +112,48 @@ class Wire:
     def rounds(
         self,
         count: int,
-        pack: Callable[[int], dict[int, np.ndarray]],
+        senders: Callable[[int], list[tuple[int, Callable[[], np.ndarray]]]],
         receive_into: Callable[[int], dict[int, np.ndarray]],
         unpack: Callable[[int, dict[int, np.ndarray]], None],
         clock: dict[str, float],
     ) -> None:
-        """Run ``count`` rounds: ``pack(k)`` -> peer -> bytes to send, ``receive_into(k)`` -> peer -> buffer,
-        ``unpack(k, buffers)`` once they arrived. Adds seconds to ``clock['packing'|'wire'|'unpacking']``."""
+        """Run ``count`` rounds of buckets.
+
+        ``senders(k)``: ``(peer, pack)`` for each bucket this rank sends in round ``k``, ``pack()`` giving its
+        bytes; ``receive_into(k)``: peer -> buffer for each bucket it receives; ``unpack(k, buffers)`` once
+        they arrived. A round's receives are posted first and each send as soon as it is packed, and round
+        ``k + 1`` is packed and posted while round ``k`` is on the wire (gloo matches a pair's operations in
+        order). Adds seconds to ``clock['packing'|'wire'|'unpacking']``.
+        """
         if count == 0:
             return
         now = time.perf_counter
-        began = now()
-        sends, recvs = pack(0), receive_into(0)
-        clock["packing"] += now() - began
-        works = self._start(sends, recvs)
+        pending = self._post(0, senders, receive_into, clock)
         for k in range(count):
+            nxt = self._post(k + 1, senders, receive_into, clock) if k + 1 < count else None
             began = now()
-            nxt = (pack(k + 1), receive_into(k + 1)) if k + 1 < count else ({}, {})
-            clock["packing"] += now() - began  # packed while round k is on the wire
-            began = now()
-            self._wait(works, f"moving bucket round {k} of {count}")
+            self._wait(pending[0], f"moving bucket round {k} of {count}")
             clock["wire"] += now() - began
-            done = recvs
-            if k + 1 < count:
-                sends, recvs = nxt
-                works = self._start(sends, recvs)
             began = now()
-            unpack(k, done)  # while round k + 1 is on the wire
+            unpack(k, pending[1])  # while round k + 1 is on the wire
             clock["unpacking"] += now() - began
+            if nxt is not None:
+                pending = nxt
+
+    def _post(
+        self,
+        k: int,
+        senders: Callable[[int], list[tuple[int, Callable[[], np.ndarray]]]],
+        receive_into: Callable[[int], dict[int, np.ndarray]],
+        clock: dict[str, float],
+    ) -> tuple[list[Any], dict[int, np.ndarray]]:
+        began = time.perf_counter()
+        recvs = receive_into(k)
+        works = self._start({}, recvs)
+        for peer, pack in senders(k):
+            works += self._start({peer: pack()}, {})
+        clock["packing"] += time.perf_counter() - began
+        return works, recvs
 
     def _start(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray]) -> list[Any]:
         torch, dist = self.torch, self.dist
