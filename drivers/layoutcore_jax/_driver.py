@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, dtype_name
+from layoutcore.driver import (
+    ALL_DTYPES,
+    X64_DTYPES,
+    Capability,
+    Driver,
+    Limitation,
+    LRUCache,
+    ProcessGroup,
+    as_bits,
+    dtype_name,
+)
 
 from . import _relayout
 from ._convert import (
@@ -333,18 +343,34 @@ class JaxDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> jax.Array:
+        return self._pack(components, layout, devices, global_shape, snapshot=True)
+
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> jax.Array:
+        """As :meth:`native_pack`, without the snapshot copy: the blocks are handed over."""
+        return self._pack(blocks, layout, devices, global_shape, snapshot=False)
+
+    def _pack(
+        self,
+        components: list[Any],
+        layout: Layout,
+        devices: tuple[str, ...],
+        global_shape: tuple[int, ...],
+        *,
+        snapshot: bool,
+    ) -> jax.Array:
         jax = self._jax
         sharding = self._sharding(layout, devices)
         positions = self.local_positions(layout.require_mesh(), devices)
         # device_put onto the component's own device is free for a jax.Array already there.
-        arrays = [
-            jax.device_put(
-                # A private copy of a NumPy component, as in native_distribute (the snapshot rule).
-                _jax_numpy(component, f"component {i}").copy() if isinstance(component, np.ndarray) else component,
-                self._by_name[devices[p]],
-            )
-            for i, (p, component) in enumerate(zip(positions, components, strict=True))
-        ]
+        arrays = []
+        for i, (p, component) in enumerate(zip(positions, components, strict=True)):
+            if isinstance(component, np.ndarray):
+                component = _jax_numpy(component, f"component {i}")
+                # a private copy of a caller's NumPy component, as in native_distribute (the snapshot rule)
+                component = component.copy() if snapshot else component
+            arrays.append(jax.device_put(component, self._by_name[devices[p]]))
         return _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays))
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
@@ -424,6 +450,19 @@ class JaxDriver(Driver):
         return out
 
     # -- optional hooks --------------------------------------------------------------------------
+    def process_group(self) -> ProcessGroup:
+        """``jax.distributed``'s processes; the barrier is ``multihost_utils.sync_global_devices``, which
+        fails when JAX's coordination service sees a peer die (it takes no timeout of its own)."""
+        if not self._multiprocess:
+            return super().process_group()
+        from jax.experimental import multihost_utils
+
+        def barrier(tag: str, timeout_s: float) -> None:
+            del timeout_s  # sync_global_devices takes none; a dead peer fails it through the coordination service
+            multihost_utils.sync_global_devices(tag)
+
+        return ProcessGroup(self._process_index, self._jax.process_count(), barrier, self.name)
+
     def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
         """Mesh positions of this process's devices (all of them in a single-process run)."""
         if not self._multiprocess:

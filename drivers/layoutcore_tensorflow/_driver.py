@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
+from layoutcore.driver import Capability, Driver, Limitation, LRUCache, ProcessGroup, as_bits, numpy_dtype
 
+from ._barrier import DTensorBarrier, all_gather_check
 from ._convert import from_tensorflow_layout, native_layout
 from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
@@ -258,6 +259,23 @@ class TensorFlowDriver(Driver):
             _refuse_unheld(component, f"component {index}")
         packed = self._dtensor.pack([_owned(c) for c in components], self._native(layout, devices))
         return self._text.carry(packed, components[0])
+
+    @_serialized
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> Any:
+        """``dtensor.pack`` of the handed-over blocks, without the aliasing copy (no one writes them)."""
+        for index, block in enumerate(blocks):
+            _refuse_unheld(block, f"block {index}")
+        return self._dtensor.pack(list(blocks), self._native(layout, devices))
+
+    def native_fill(self, tensor: Any, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...]) -> Any:
+        """A ``DVariable`` is assigned in place (it keeps its identity); a DTensor is replaced."""
+        packed = self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
+        if isinstance(tensor, self._tf.Variable):
+            self.variable_assign(tensor, packed)
+            return tensor
+        return packed
 
     @_serialized
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
@@ -560,6 +578,14 @@ class TensorFlowDriver(Driver):
                 driver=self.name,
                 feature=Limitation.NEGATIVE_ZERO,
             )
+
+    def process_group(self) -> ProcessGroup:
+        """Several DTensor clients (``dtensor.client_id``/``num_clients``) meet at a :class:`DTensorBarrier`."""
+        clients = int(self._dtensor.num_clients())
+        if clients <= 1:
+            return super().process_group()
+        barrier = DTensorBarrier(lambda: all_gather_check(self))
+        return ProcessGroup(int(self._dtensor.client_id()), clients, barrier, self.name)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
         """``component.numpy()`` for a TF tensor (``np.asarray`` fails on a rank-0 bfloat16 one)."""

@@ -53,6 +53,7 @@ from .._capabilities import Capability, Limitation
 from .._dtypes import ALL_DTYPES
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
+from ._processes import SINGLE_PROCESS, ProcessGroup
 
 if TYPE_CHECKING:
     from .._layout_map import LayoutMap
@@ -217,6 +218,58 @@ class DriverHooks(abc.ABC):
         Raises:
             UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``).
         """
+
+    # ------------------------------------------------------------------------------------------
+    # Blocks the caller hands over (checkpoint loads, weight transfer): layoutcore.driver._fill
+    # ------------------------------------------------------------------------------------------
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> Any:
+        """Build a distributed tensor from host blocks whose ownership passes to the driver.
+
+        The ownership hand-off: the caller (the checkpoint loader, ``layoutcore.transfer``) made
+        each block itself, keeps no reference it writes through, and checked the blocks already
+        (count, shapes, dtype). Replicas are the **same** array object, listed once per device
+        holding it, and equal by construction: nothing is compared. The driver may keep the arrays
+        as its storage (no snapshot copy); where devices must not share storage (torch local
+        tensors, which in-place ops write), it copies a block for each further device only.
+
+        Args:
+            blocks: one C-contiguous, writable NumPy array per local position (row-major).
+            layout: their layout; devices, global_shape: as :meth:`native_pack`.
+
+        Returns:
+            A new distributed tensor holding the blocks' data.
+
+        Default: :meth:`native_pack` (which copies as it does for any caller's data): right for
+        every driver, only slower. JAX: no snapshot copy before ``device_put``; torch: ``from_numpy``
+        without ``clone``; TF: no aligned-copy; NumPy: the blocks themselves, read-only.
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``).
+        """
+        return self.native_pack(list(blocks), layout, devices, global_shape)
+
+    def native_fill(self, tensor: Any, blocks: list[np.ndarray], layout: BoundLayout, devices: tuple[str, ...]) -> Any:
+        """Write host blocks into an existing distributed tensor; return the tensor that holds them.
+
+        Args:
+            tensor: a distributed tensor of this driver (not traced), laid out by ``layout``.
+            blocks: as :meth:`native_pack_owned` (handed over; replicas are one object).
+            layout: ``tensor``'s layout; devices: its mesh's devices, row-major.
+
+        Returns:
+            ``tensor`` itself where the framework's tensors are mutable (its storage kept, every
+            local component overwritten), else a new tensor with the same layout that replaces it.
+
+        Default: :meth:`native_pack_owned` (a replacement, for frameworks whose arrays are
+        immutable: JAX, TF tensors). torch: ``copy_`` into each local tensor; NumPy: each
+        component's memory written; TF: ``DVariable.assign`` for variables.
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot write (``Limitation.DTYPE``).
+        """
+        return self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
 
     @abc.abstractmethod
     def native_relayout(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
@@ -457,3 +510,41 @@ class DriverHooks(abc.ABC):
             DriverUnavailableError: the framework's integration that the scope needs is missing.
         """
         return contextlib.nullcontext()
+
+    # ==========================================================================================
+    # Processes and host copies (what a checkpoint save needs from the framework)
+    # ==========================================================================================
+    def process_group(self) -> ProcessGroup:
+        """The processes that run this program together: rank, size and a barrier
+        (default: one process, :data:`~layoutcore.driver.SINGLE_PROCESS`).
+
+        A save asks the driver of the tree's first distributed tensor: every process writes the
+        blocks it owns, all meet at the barrier, one commits. A single-process simulation of
+        several ranks is one process.
+
+        JAX: ``jax.process_index``/``process_count``, ``multihost_utils.sync_global_devices``;
+        torch: a real ``torch.distributed`` group's ``get_rank``/``get_world_size``/``barrier``;
+        TF: ``dtensor.client_id``/``num_clients``, a DTensor all-gather bounded in time.
+
+        Raises:
+            Nothing (a framework that is not running in several processes is one process).
+        """
+        return SINGLE_PROCESS
+
+    def component_to_host(self, component: Any) -> np.ndarray:
+        """A component, or a plain (undistributed) tensor of this framework, in host memory, bit for bit.
+
+        Returns:
+            An array of the value's own shape and dtype (bfloat16 and float8 as ``ml_dtypes``
+            arrays, moved through a same-width unsigned integer view, never through arithmetic),
+            fetched from device memory where the value lives there. It may share memory with the
+            value (the caller only reads it); it is not copied again when it is already on the host.
+            Default: :meth:`component_to_numpy`.
+
+        torch: ``detach().cpu()`` and ``numpy()`` of a same-width ``uint8``/``int16`` view;
+        TF: ``numpy()``; JAX, NumPy: ``np.asarray``.
+
+        Raises:
+            Nothing for a component of this driver's tensors or a plain tensor of its framework.
+        """
+        return self.component_to_numpy(component)
