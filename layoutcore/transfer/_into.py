@@ -1,18 +1,16 @@
-"""Filling existing distributed tensors in place: the one step ``Link.receive(into=...)`` needs.
+"""Receiver tensors: new ones (``receive(target=...)``) and existing ones filled (``receive(into=...)``).
 
-:func:`into_local` is the single place that knows, per driver, how to write into an existing
-tensor's local components (DESIGN §12's rules, which ``checkpoint.load(into=)`` follows too):
+Both go through the core's fill step (:mod:`layoutcore.driver._fill`, shared with
+``checkpoint.load``): ``fill_target`` inspects an existing tensor (driver, layout, shape, dtype,
+local positions; no data), ``fill`` writes handed-over host blocks into it (in place where the
+framework's tensors are mutable, else a replacement with the same layout: JAX), and
+``pack_owned`` makes a new tensor over handed-over blocks without a snapshot copy.
 
-* **torch**: each local tensor keeps its storage. The wire writes straight into a NumPy view of
-  it when ``component_to_numpy`` gives one that shares its memory (CPU, contiguous); otherwise
-  into a staging array that ``finish`` copies in with ``Tensor.copy_`` (GPU tensors).
-* **NumPy driver**: the components' own memory is written (the one exception to §2a's
-  read-only views), and the same ``ShardedArray`` is returned.
-* **JAX** (immutable) and anything else: staging arrays, and ``finish`` returns new arrays made
-  by ``pack`` with the same layout (hence the same sharding); use the returned tree.
-
-When the core gains a shared "fill into existing tensors" step (the checkpoint pipeline's), this
-function should become a thin call to it.
+One shortcut on top, because a transfer writes each received byte once: where an existing
+tensor's local components expose their own memory as writable NumPy arrays (torch CPU tensors,
+the NumPy driver's components), the wire writes straight into them, and ``fill`` (a second copy,
+staging block -> tensor) is skipped. Elsewhere (GPU tensors, JAX, TF) the wire writes into
+staging blocks and ``fill`` finishes.
 """
 
 from __future__ import annotations
@@ -21,104 +19,87 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import dtype_name, numpy_dtype
-from .._errors import TransferError
+from .._dtypes import numpy_dtype
+from .._errors import LayoutcoreError, TransferError
 from .._tensor_spec import TensorSpec
-from ._local import Local, _bound, distributed, receiver_local
+from ..driver._fill import FillTarget, fill, fill_target, pack_owned
+from ._local import Local, _bound, distributed
 
 __all__ = ["fresh_local", "into_local"]
 
 
+def _blocks(spec: TensorSpec, positions: list[int]) -> tuple[list[Any], list[np.ndarray]]:
+    """Boxes and fresh blocks for ``positions``: one array per distinct block, replicas the same object."""
+    all_boxes = spec.boxes()
+    boxes = [all_boxes[p] for p in positions]
+    made: dict[Any, np.ndarray] = {}
+    dtype = numpy_dtype(spec.dtype)
+    return boxes, [made.setdefault(box, np.empty(box[1], dtype=dtype)) for box in boxes]
+
+
+def fresh_local(path: str, spec: TensorSpec, drv: Any) -> Local:
+    """Blocks for a new tensor of ``spec`` under ``drv``; ``finish`` hands them to ``pack_owned`` (no copy)."""
+    user = spec.layout  # the result carries the layout as the caller wrote it (maybe on an abstract mesh)
+    layout, positions = _bound(drv, user)
+    spec = TensorSpec(spec.shape, spec.dtype, layout)
+    boxes, blocks = _blocks(spec, positions)
+    return Local(spec, positions, boxes, blocks, drv, lambda: pack_owned(drv, blocks, user, spec.shape))
+
+
 def into_local(path: str, value: Any) -> Local:
-    """Writable NumPy arrays over ``value``'s local components, and ``finish`` giving the filled tensor.
+    """Writable NumPy arrays over ``value``'s local blocks, and ``finish`` giving the filled tensor.
 
     Raises:
         TransferError: ``value`` is not a distributed tensor of an installed driver.
     """
-    value, drv = distributed(path, value, "into")
-    user = drv.fetch_layout(value)
-    layout, positions = _bound(drv, user)
-    spec = TensorSpec(drv.shape_of(value), dtype_name(value.dtype), layout)
-    boxes = [spec.boxes()[p] for p in positions]
+    value, _ = distributed(path, value, "into")
+    try:
+        target = fill_target(path, value)
+    except LayoutcoreError as exc:
+        raise TransferError(f"transfer: into leaf {path!r}: {exc}", paths=(path,)) from exc
+    drv = target.driver
+    layout, positions = _bound(drv, drv.fetch_layout(target.tensor))
+    spec = TensorSpec(target.shape, target.dtype, layout)
+    direct = _views(target, numpy_dtype(spec.dtype))
+    if direct is not None:
+        arrays, finish = direct
+        return Local(spec, positions, spec_boxes(spec, positions), arrays, drv, finish)
+    boxes, blocks = _blocks(spec, positions)
+    return Local(spec, positions, boxes, blocks, drv, lambda: fill(target, blocks))
+
+
+def spec_boxes(spec: TensorSpec, positions: list[int]) -> list[Any]:
+    all_boxes = spec.boxes()
+    return [all_boxes[p] for p in positions]
+
+
+def _views(target: FillTarget, dtype: np.dtype[Any]) -> tuple[list[np.ndarray], Any] | None:
+    """Writable arrays over the local components' own memory, and ``finish``; ``None`` where there are none."""
+    drv, value = target.driver, target.tensor
+    if drv.name not in ("torch", "numpy") or target.value is not value:  # a Variable: fill assigns it
+        return None
     components = drv.unpack(value)
-    dtype = numpy_dtype(spec.dtype)
-    if drv.name == "torch":
-        arrays, finish = _torch_views(components, drv, dtype, value)
-    elif drv.name == "numpy":
-        arrays, finish = _numpy_views(components, value)
-    else:
-        arrays = [np.empty(b[1], dtype=dtype) for b in boxes]
-
-        def finish() -> Any:
-            return drv.pack(arrays, user, global_shape=spec.shape)
-
-    return Local(spec, positions, boxes, arrays, drv, finish)
-
-
-def _torch_views(components: list[Any], drv: Any, dtype: Any, value: Any) -> tuple[list[np.ndarray], Any]:
-    arrays: list[np.ndarray] = []
-    staged: list[tuple[Any, np.ndarray]] = []
-    for c in components:
-        view = np.asarray(drv.component_to_numpy(c))
-        if view.dtype != dtype and view.dtype.itemsize == dtype.itemsize:
-            view = view.view(dtype)
-        shares = c.device.type == "cpu" and c.is_contiguous() and view.ctypes.data == c.data_ptr()
-        if shares and view.flags.writeable:
-            arrays.append(view)
-        else:
-            stage = np.empty(tuple(c.shape), dtype=dtype)
-            arrays.append(stage)
-            staged.append((c, stage))
-
-    def finish() -> Any:
-        import torch  # a torch tensor was given: torch is imported already
-
-        for c, stage in staged:
-            raw = torch.from_numpy(stage.reshape(-1).view(np.uint8))
-            c.copy_(raw.view(c.dtype).reshape(c.shape))
-        return value
-
-    return arrays, finish
-
-
-def _numpy_views(components: list[Any], value: Any) -> tuple[list[np.ndarray], Any]:
     arrays = []
     for c in components:
-        try:
-            c.flags.writeable = True
-        except ValueError:  # a view of memory it does not own: cannot be written in place
-            raise TransferError(
-                "transfer: receive(into=...) on the NumPy driver writes into the components' memory, but a "
-                "component is a read-only view of another array's memory; pass a tensor made by distribute_tensor"
-            ) from None
-        arrays.append(c)
+        if drv.name == "torch":
+            if c.device.type != "cpu" or not c.is_contiguous():
+                return None
+            view = np.asarray(drv.component_to_numpy(c))
+            view = view.view(dtype) if view.dtype != dtype and view.dtype.itemsize == dtype.itemsize else view
+            if view.ctypes.data != c.data_ptr() or not view.flags.writeable:
+                return None
+        else:
+            view = c
+            try:
+                view.flags.writeable = True  # the NumPy driver's one exception to read-only components (§12)
+            except ValueError:  # a view of memory it does not own
+                return None
+        arrays.append(view)
 
     def finish() -> Any:
-        for c in arrays:
-            c.flags.writeable = False
+        if drv.name == "numpy":
+            for a in arrays:
+                a.flags.writeable = False
         return value
 
     return arrays, finish
-
-
-def fresh_local(path: str, spec: Any, drv: Any) -> Local:
-    """Buffers for a new tensor of ``spec`` under ``drv`` (``receive(target=...)``).
-
-    On torch, the tensor is made first with ``call_with_layout(torch.empty, ...)`` (each shard
-    allocated in place) and filled like ``into``: no copy after the wire. Elsewhere, and where
-    torch's factory cannot make the layout, NumPy buffers that ``pack`` turns into the tensor.
-    """
-    if drv.name == "torch":
-        import torch  # the link runs on torch.distributed: torch is imported already
-
-        dtype = getattr(torch, spec.dtype, None)
-        if isinstance(dtype, torch.dtype):
-            try:
-                tensor = drv.call_with_layout(torch.empty, spec.layout, tuple(spec.shape), dtype=dtype)
-            except Exception:  # a layout torch's factories cannot make: the general path below
-                tensor = None
-            if tensor is not None:
-                local = into_local(path, tensor)
-                local.finish = lambda: tensor
-                return local
-    return receiver_local(path, spec, drv)

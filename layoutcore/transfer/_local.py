@@ -2,10 +2,8 @@
 
 Sender leaves are read through the drivers' public hooks (``driver_for``, ``fetch_layout``,
 ``bind_mesh``, ``local_positions``, ``unpack``, ``component_to_numpy``): a NumPy view of each local
-component where the framework allows (torch CPU tensors, NumPy), so nothing is gathered or copied
-before packing. Receiver leaves are NumPy buffers, one per local device, filled by the wire and
-turned into the driver's tensors by ``pack`` (``target=``) or written into existing tensors
-(``into=``, :mod:`._into`).
+component where the framework allows (torch CPU tensors, NumPy, JAX on CPU), so nothing is
+gathered or copied before packing. Receiver leaves are made in :mod:`._into`.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from .._layout_map import LayoutMap
 from .._paths import map_leaves
 from .._tensor_spec import Box, TensorSpec
 
-__all__ = ["Local", "leaves", "receiver_local", "sender_local"]
+__all__ = ["Local", "distributed", "leaves", "sender_local", "target_forms"]
 
 
 @dataclass(slots=True)
@@ -117,18 +115,3 @@ def target_forms(target: Any) -> dict[str, Any]:
         if all(isinstance(v, (Layout, TensorSpec)) for v in flat.values()):
             return flat
     return dict(leaves(target, keep=(Layout, TensorSpec)))
-
-
-def receiver_local(path: str, spec: TensorSpec, drv: Any) -> Local:
-    """Empty NumPy buffers for this process's devices of ``spec`` under ``drv``; ``finish`` packs them."""
-    user = spec.layout  # the result carries the layout as the caller wrote it (maybe on an abstract mesh)
-    layout, positions = _bound(drv, user)
-    spec = TensorSpec(spec.shape, spec.dtype, layout)
-    boxes = spec.boxes()
-    dtype = numpy_dtype(spec.dtype)
-    arrays = [np.empty(boxes[p][1], dtype=dtype) for p in positions]
-
-    def finish() -> Any:
-        return drv.pack(arrays, user, global_shape=spec.shape)
-
-    return Local(spec, positions, [boxes[p] for p in positions], arrays, drv, finish)

@@ -145,7 +145,7 @@ def receive_buffer(
     """Where a bucket lands: the tensor's own memory (``True``) when it can, else a new buffer (``False``)."""
     if len(items) == 1 and not verify:
         _, _, path, rbox, _ = items[0]
-        holders = receivers[path].holding(rbox)
+        holders = _distinct(receivers[path], receivers[path].holding(rbox))
         if len(holders) == 1:
             dst = region(receivers[path], holders[0], rbox)
             if dst.flags.c_contiguous and dst.flags.writeable:
@@ -166,7 +166,7 @@ def unpack(items: list[Item], buf: np.ndarray, receivers: dict[str, Local], veri
                 paths=(path,),
             )
         local = receivers[path]
-        for index in local.holding(rbox):
+        for index in _distinct(local, local.holding(rbox)):
             dst = region(local, index, rbox)
             np.copyto(dst, chunk.view(dst.dtype).reshape(dst.shape))
         offset += nbytes
@@ -176,8 +176,19 @@ def copy_local(items: list[Item], senders: dict[str, Local], receivers: dict[str
     """The pieces this rank holds as a sender and needs as a receiver: copied, never sent."""
     for spath, sbox, rpath, rbox, _ in items:
         src = region(senders[spath], _first_holder(senders[spath], sbox, spath), sbox)
-        for index in receivers[rpath].holding(rbox):
+        for index in _distinct(receivers[rpath], receivers[rpath].holding(rbox)):
             np.copyto(region(receivers[rpath], index, rbox), src)
+
+
+def _distinct(local: Local, indices: list[int]) -> list[int]:
+    """``indices`` without those whose array is one already listed (replicas handed over as one block)."""
+    seen: set[int] = set()
+    out = []
+    for i in indices:
+        if id(local.arrays[i]) not in seen:
+            seen.add(id(local.arrays[i]))
+            out.append(i)
+    return out
 
 
 def _crc(data: Any) -> int:
