@@ -26,7 +26,7 @@ def run(w: Any) -> None:
     link = transfer.Link(senders=[0, 1], receivers=[2], timeout=60)
     rows = Layout(("x", None), w.torch_mesh([0, 1]))
     if w.rank < 2:
-        for name, shapes in (("to_jax", SHAPES), ("to_numpy", UNEVEN), ("jax_into", SHAPES)):
+        for name, shapes in (("to_jax", SHAPES), ("to_numpy", UNEVEN), ("jax_into", SHAPES), ("numpy_into", UNEVEN)):
             tree = {k: lc.distribute_tensor(w.oracle(k, s, d), rows, driver="torch") for k, (s, d) in shapes.items()}
             c = w.counted(lambda tree=tree: link.send(tree))
             c.pop("out")
@@ -59,3 +59,11 @@ def run(w: Any) -> None:
     c["ok"] = {k: w.shards_ok(out[k], w.oracle(k, *SHAPES[k]), JAX_TARGET[k], "jax") for k in SHAPES}
     c["same_shardings"] = all(out[k].sharding == shardings[k] for k in SHAPES)
     w.RESULT["jax_into"] = c
+
+    into_np = {"u": lc.distribute_tensor(np.zeros((7, 5), np.float32), NUMPY_TARGET["u"], driver="numpy")}
+    c = w.counted(lambda: link.receive(into=into_np))
+    out = c.pop("out")
+    c["report"] = w.report(link)
+    c["ok"] = {"u": w.shards_ok(into_np["u"], w.oracle("u", *UNEVEN["u"]), NUMPY_TARGET["u"], "numpy")}
+    c["same_objects"] = out["u"] is into_np["u"]
+    w.RESULT["numpy_into"] = c

@@ -149,11 +149,12 @@ def test_torch_to_jax_numpy_and_jax_into() -> None:
     if importlib.util.find_spec("jax") is None:
         pytest.skip("needs jax (tox -e checkpoint)")
     results = _run("jax", 3)
-    for case in ("to_jax", "to_numpy", "jax_into"):
+    for case in ("to_jax", "to_numpy", "jax_into", "numpy_into"):
         for rank, result in results.items():
             _exact_bytes(result[case], rank)
         assert results[2][case]["received"] == results[2][case]["report"]["floor_bytes"] > 0
     assert results[2]["to_jax"]["jax_arrays"] and results[2]["jax_into"]["same_shardings"]
+    assert results[2]["numpy_into"]["same_objects"]  # NumPy components written in place
 
 
 def test_numpy_to_torch() -> None:
