@@ -290,7 +290,13 @@ def main() -> None:
 
     result["framework"] = f"torch {torch.__version__} gloo on 127.0.0.1, {os.cpu_count()} cores"
     result["sync"] = {}
-    for nsend, bucket, columns in ((2, 64 * MIB, 1), (2, 16 * MIB, 1), (2, 4 * MIB, 1), (2, 16 * MIB, 0), (4, 16 * MIB, 1)):
+    for nsend, bucket, columns in (
+        (2, 64 * MIB, 1),
+        (2, 16 * MIB, 1),
+        (2, 4 * MIB, 1),
+        (2, 16 * MIB, 0),
+        (4, 16 * MIB, 1),
+    ):
         world = 2 * nsend
         kind = "rows->columns" if columns else "rows->rows"
         key = f"{nsend}->{nsend} {kind}, bucket {bucket // MIB} MiB"
