@@ -97,8 +97,12 @@ class Link:
         group: a ``torch.distributed`` process group (gloo on CPU, NCCL on GPU); ``None``: the default.
         timeout: seconds any wait may take: a peer that dies or hangs makes every surviving rank
             raise :class:`~layoutcore.TransferError` within ``timeout`` of the last completed round.
-        bucket_bytes: the largest bucket per rank pair (bytes); memory in flight is at most
-            ``4 * bucket_bytes`` per peer.
+        bucket_bytes: the largest bucket per rank pair (bytes, default 16 MiB); memory in flight is at
+            most ``4 * bucket_bytes`` per peer, and those bucket buffers are kept for the next sync.
+
+    ``verify=True`` on any rank makes the whole sync check a CRC-32C per piece. A plan is computed
+    on every rank from the exchanged specs and reused while they stay equal; a link whose peer died
+    or hung cannot be used again (the process group may be broken: end the processes).
 
     Raises:
         TransferError: no initialised process group, or this rank is in neither set.
