@@ -1,4 +1,4 @@
-"""Moving weights between jobs: ``layoutcore.transfer`` (DESIGN §13, docs/transfer.md).
+"""Moving weights between jobs: ``layoutcore.transfer`` (``docs/design.md#moving-weights-between-jobs``, docs/transfer.md).
 
 :func:`plan` says, without data, which rectangle of which sender tensor goes from which process
 rank to which, at the physical floor; :class:`Link` runs it over ``torch.distributed``

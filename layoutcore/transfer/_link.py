@@ -1,4 +1,4 @@
-"""``transfer.Link``: a plan run between two groups of processes over ``torch.distributed`` (DESIGN §13).
+"""``transfer.Link``: a plan run between two groups of processes over ``torch.distributed`` (``docs/design.md#moving-weights-between-jobs``).
 
 A sync, on every rank of the link:
 

@@ -1,4 +1,4 @@
-"""``transfer.plan``: which rectangle goes from which rank to which, at the floor (DESIGN §13).
+"""``transfer.plan``: which rectangle goes from which rank to which, at the floor (``docs/design.md#moving-weights-between-jobs``).
 
 For every receiver tensor, every receiving rank needs the distinct blocks its devices hold
 under the target layout (``N_r``). Through its :class:`~layoutcore.transfer._routes.Route` each

@@ -1,4 +1,4 @@
-"""Where each receiver tensor comes from: ``rename`` and ``fuse`` resolved and checked (DESIGN §13).
+"""Where each receiver tensor comes from: ``rename`` and ``fuse`` resolved and checked (``docs/design.md#moving-weights-between-jobs``).
 
 A :class:`Route` says which sender tensors make one receiver tensor and how: one sender tensor
 (renamed or not), or several concatenated along an axis, either whole (``"concat"``) or segment
