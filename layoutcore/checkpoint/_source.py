@@ -19,6 +19,8 @@ from .._config import checkpoint_threads
 from .._errors import CheckpointError
 from .._layout import Layout
 from .._tensor_spec import TensorSpec
+from ..driver._fill import fill, fill_target, pack_owned  # at import: a load's reads are its data only
+from ..driver._registry import get_driver
 from ._meta import CheckpointInfo
 from ._planner import TensorLoad, gc_paused, plan, positions_of, unknown_paths
 from ._progress import progress
@@ -169,8 +171,6 @@ class Source:
         devices = None if process_devices is None else list(process_devices)
         drv = None
         if devices is None:
-            from ..driver._registry import get_driver
-
             drv = get_driver(driver)
         with gc_paused():
             plans = plan(
@@ -243,9 +243,6 @@ class Source:
             raise TypeError("checkpoint.load takes target= or into=, not both")
         if into is not None:
             return self._load_into(into, verify)
-        from ..driver._fill import pack_owned
-        from ..driver._registry import get_driver
-
         drv = get_driver(driver)
         results = self._values()
         with gc_paused():
@@ -264,8 +261,6 @@ class Source:
         failure while reading leaves it with all its old values; a failure while writing one
         leaves that one partly written, and the error lists it.
         """
-        from ..driver._fill import fill, fill_target
-
         flat: list[tuple[str, Any]] = []
         structure = walk(into, flat)
         unknown = sorted(p for p, _ in flat if p not in self._specs)
