@@ -1,4 +1,4 @@
-"""``Source``: an opened checkpoint of any format, and the one load pipeline over it (docs/design.md §12).
+"""``Source``: an opened checkpoint of any format, and the one load pipeline over it (docs/design.md#checkpoints).
 
 A format subclass says only what the checkpoint holds and where each tensor's bytes lie
 (:meth:`Source.stored_key` / :meth:`Source.stored_tensor`, or :meth:`Source.chunk_runs` and

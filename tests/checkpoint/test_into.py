@@ -1,4 +1,4 @@
-"""``checkpoint.open`` / ``Source`` and ``load(into=...)`` (docs/design.md §12).
+"""``checkpoint.open`` / ``Source`` and ``load(into=...)`` (docs/design.md#checkpoints).
 
 Oracle: NumPy arrays sliced by the layouts' pure shard math; on the frameworks, their own
 per-device data (the worker). Each driver runs in its own process, as the 16-pair matrix does.
