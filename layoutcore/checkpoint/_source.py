@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from .._config import checkpoint_threads
-from .._errors import CheckpointError
+from .._dtypes import numpy_dtype
+from .._errors import CheckpointError, LayoutError, UnsupportedLayoutError
 from .._layout import Layout
 from .._tensor_spec import TensorSpec
 from ..driver._fill import fill, fill_target, pack_owned  # at import: a load's reads are its data only
@@ -247,6 +248,7 @@ class Source:
         results = self._values()
         with gc_paused():
             plans = plan(self, target, lambda _, layout: positions_of(layout, None, drv))
+        _check_driver(drv, plans)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
             for tl, blocks in readers.read(plans):
@@ -297,3 +299,30 @@ class Source:
             file=file,
             tensor=tensor,
         )
+
+
+def _check_driver(drv: Any, plans: list[TensorLoad]) -> None:
+    """Each target layout and dtype against the driver, before any data is read.
+
+    Raises:
+        UnsupportedLayoutError, LayoutError: as the driver raises them, the message naming the tensor.
+    """
+    seen: set[Any] = set()
+    for tl in plans:
+        key = (tl.layout, tl.saved.shape, tl.saved.dtype)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            layout = drv.check_layout(tl.layout, tl.saved.shape)
+            drv.bind_mesh(layout.mesh)
+            drv._check_dtype(np.empty(0, numpy_dtype(tl.saved.dtype)))
+        except UnsupportedLayoutError as err:
+            raise UnsupportedLayoutError(
+                f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
+            ) from None
+        except LayoutError as err:
+            if type(err) is not LayoutError:
+                err.add_note(f"checkpoint.load: tensor {tl.path!r}")
+                raise
+            raise LayoutError(f"checkpoint.load: tensor {tl.path!r}: {err}", value=err.value) from None

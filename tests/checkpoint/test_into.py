@@ -219,3 +219,13 @@ def test_into_on_every_driver(matrix_checkpoint: str, driver: str) -> None:
     assert kinds == ({"replaced"} if driver in ("jax", "tensorflow") else {"same"}), result
     if driver == "tensorflow":
         assert result["variables"] == {"rows_to_columns": "assigned"}
+
+
+def test_a_driver_refusal_names_the_tensor_before_any_read(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    for chunk in (path / "b" / "c").rglob("*"):  # a read would raise CheckpointError instead
+        if chunk.is_file():
+            chunk.write_bytes(b"")
+    sixteen = Mesh((16,), ("x",))  # the NumPy driver has 8 devices here
+    with pytest.raises(lc.LayoutcoreError, match="tensor 'b'"):
+        checkpoint.load(path, {"b": Layout(("x", None), sixteen)}, driver="numpy")
