@@ -98,7 +98,8 @@ def target_layout(path: str, saved: TensorSpec, want: Any) -> Layout:
         if want.shape != saved.shape or want.dtype != saved.dtype:
             raise LayoutMismatchError(
                 f"checkpoint.load: tensor {path!r} was saved with shape {saved.shape} and dtype {saved.dtype}; "
-                f"the target TensorSpec has shape {want.shape} and dtype {want.dtype}.",
+                f"the target TensorSpec has shape {want.shape} and dtype {want.dtype}. A load never casts: ask for "
+                "the saved dtype (the driver's own storage rule, e.g. JAX without jax_enable_x64, applies after).",
                 expected=want,
                 actual=saved,
             )

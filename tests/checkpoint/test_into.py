@@ -229,3 +229,13 @@ def test_a_driver_refusal_names_the_tensor_before_any_read(saved: tuple[Path, di
     sixteen = Mesh((16,), ("x",))  # the NumPy driver has 8 devices here
     with pytest.raises(lc.LayoutcoreError, match="tensor 'b'"):
         checkpoint.load(path, {"b": Layout(("x", None), sixteen)}, driver="numpy")
+
+
+def test_a_saved_python_int_is_int64_and_a_narrower_spec_is_refused_naming_the_rule(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path / "c", {"step": 7})
+    assert checkpoint.inspect(tmp_path / "c").tensors["step"].dtype == "int64"
+    out = checkpoint.load(tmp_path / "c", driver="numpy")
+    assert lc.to_numpy(out["step"]).dtype == np.int64 and lc.to_numpy(out["step"]) == 7
+    narrow = lc.TensorSpec((), "int32", Layout((), MESH))
+    with pytest.raises(LayoutMismatchError, match=r"'step'.*never casts: ask for the saved dtype"):
+        checkpoint.load(tmp_path / "c", {"step": narrow}, driver="numpy")
