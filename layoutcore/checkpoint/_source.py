@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._config import checkpoint_threads
-from .._dtypes import numpy_dtype
+from .._dtypes import X64_DTYPES
 from .._errors import CheckpointError, LayoutError, UnsupportedLayoutError
 from .._layout import Layout
 from .._tensor_spec import TensorSpec
@@ -104,8 +104,9 @@ class Source:
         """What the checkpoint holds (as ``checkpoint.inspect``)."""
         raise NotImplementedError
 
-    def _values(self) -> dict[str, Any]:
-        """Non-tensor leaves by tree path (refused ones raise ``CheckpointError``)."""
+    def _values(self, driver: Any) -> dict[str, Any]:
+        """Non-tensor leaves by tree path, for a load on ``driver`` (refused ones raise ``CheckpointError``,
+        tensors of a dtype layoutcore cannot hold ``UnsupportedLayoutError``)."""
         return {}
 
     def _rebuild(self, values: Mapping[str, Any]) -> Any:
@@ -180,6 +181,7 @@ class Source:
                 _positions_per_mesh(devices, drv),
                 granularity=granularity,
                 with_copies=False,
+                driver=drv,
             )
             return self._summarise(plans)
 
@@ -246,14 +248,14 @@ class Source:
         if into is not None:
             return self._load_into(into, verify)
         drv = get_driver(driver)
-        results = self._values()
+        results = self._values(drv)
         with gc_paused():
-            plans = plan(self, target, _positions_per_mesh(None, drv))
+            plans = plan(self, target, _positions_per_mesh(None, drv), driver=drv)
         _check_driver(drv, plans)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
             for tl, blocks in readers.read(plans):
-                results[tl.path] = pack_owned(drv, blocks, tl.layout, tl.saved.shape)
+                results[tl.path] = _pack_loaded(drv, tl, blocks)
                 advance(tl.geometry.read_bytes)
         return self._rebuild(results)
 
@@ -317,7 +319,8 @@ def _check_driver(drv: Any, plans: list[TensorLoad]) -> None:
         try:
             layout = drv.check_layout(tl.layout, tl.saved.shape)
             drv.bind_mesh(layout.mesh)
-            drv._check_dtype(np.empty(0, numpy_dtype(tl.saved.dtype)))
+            if tl.saved.dtype not in drv.supported_dtypes() and tl.saved.dtype not in X64_DTYPES:
+                raise drv.dtype_refusal(tl.saved.dtype)  # never held (a 64-bit one may narrow once read)
         except UnsupportedLayoutError as err:
             raise UnsupportedLayoutError(
                 f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
@@ -341,3 +344,20 @@ def _positions_per_mesh(devices: Any, drv: Any) -> Callable[[str, Layout], list[
         return got
 
     return positions
+
+
+def _pack_loaded(drv: Any, tl: TensorLoad, blocks: list[np.ndarray[Any, Any]]) -> Any:
+    """:func:`pack_owned` of a loaded tensor's blocks; a dtype refusal (values JAX without x64 cannot
+    hold exactly) names the tensor's path.
+
+    Raises:
+        UnsupportedLayoutError: ``feature="dtype"``, naming the path.
+    """
+    try:
+        return pack_owned(drv, blocks, tl.layout, tl.saved.shape)
+    except UnsupportedLayoutError as err:
+        if err.feature != "dtype":
+            raise
+        raise UnsupportedLayoutError(
+            f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
+        ) from None
