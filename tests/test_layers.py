@@ -299,3 +299,37 @@ def test_a_new_module_gets_its_layer_from_its_package() -> None:
     assert layer_of("layoutcore_torch._interchange") == "command line and framework drivers"
     assert layer_of("layoutcore_torch._conformance") == "conformance"
     assert layer_of("layoutcore") == "user API" and layer_of("layoutcore._mesh") == "values"
+
+
+def import_time_plugs(modules: dict[str, Path]) -> list[str]:
+    """Module-level assignments to an attribute of an imported module (``_api.FOREIGN = _foreign``):
+    a dependency wired at import time, which the import graph does not see."""
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = set()
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for node in tree.body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign | ast.AugAssign)
+                else []
+            )
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in imported:
+                    found.append(f"{name}:{node.lineno} sets {t.value.id}.{t.attr}")
+    return found
+
+
+def test_no_import_time_plugs() -> None:
+    assert import_time_plugs(module_files()) == []
+
+
+def test_an_import_time_plug_is_found(tmp_path: Path) -> None:
+    plug = tmp_path / "plug.py"
+    plug.write_text("from . import _api, _foreign\n_api.FOREIGN = _foreign\n")
+    assert import_time_plugs({"pkg.plug": plug}) == ["pkg.plug:2 sets _api.FOREIGN"]

@@ -12,6 +12,9 @@ Public conversions (each binds an abstract mesh the way the driver does):
 * :func:`distribute_module`: the same, plus forward hooks, so that model code runs on local tensors between
   laid-out layers (or on DTensors, ``activations="dtensor"``).
 * :func:`from_tp_plan`: a Hugging Face transformers tensor-parallel plan as a ``LayoutMap``.
+* :class:`LayoutcoreStorageReader`: a torch DCP ``StorageReader`` over any checkpoint layoutcore reads
+  (``torch.distributed.checkpoint.load(state_dict, storage_reader=LayoutcoreStorageReader(path))``;
+  it needs a real process group). Imported on first use: it subclasses torch's own class.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ._tp_plan import TpPlanLayoutMap, from_tp_plan
 
 __all__ = [
     "Activations",
+    "LayoutcoreStorageReader",
     "ModuleLayouts",
     "TorchDriver",
     "TpPlanLayoutMap",
@@ -139,3 +143,12 @@ def release_simulation() -> bool:
     Returns whether a simulation was running.
     """
     return torch_driver().release_simulation()
+
+
+def __getattr__(name: str) -> Any:
+    """``LayoutcoreStorageReader`` on first use (its base class is torch's: importing it imports torch)."""
+    if name == "LayoutcoreStorageReader":
+        from ._storage_reader import LayoutcoreStorageReader
+
+        return LayoutcoreStorageReader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,10 @@ whole tensor; DCP's planner then asks, per local shard, for the box ``(storage_o
 lengths)``, and the reader reads exactly that box's byte runs (layoutcore's read core), not
 whole stored items.
 
+It needs a real process group (``torch.distributed.init_process_group``: gloo or NCCL, any world
+size); in layoutcore's single-process simulation it raises ``CheckpointError`` naming the remedy,
+``layoutcore.checkpoint.load(path, into=state_dict)``.
+
 Limits (torch 2.13): state dict keys are DCP's flattened names, i.e. layoutcore tree paths with
 ``/`` replaced by ``.``; non-tensor values (``step``) are not offered (DCP would ask for
 ``BytesStorageMetadata``); Orbax directories are refused (their chunks are compressed; load
@@ -55,6 +59,26 @@ def _tensors(path: str) -> dict[str, Any]:
     return out
 
 
+def _refuse_simulation(path: str) -> None:
+    """Refuse the single-process simulation's fake process group, where DCP cannot run.
+
+    Raises:
+        CheckpointError: the default group is the torch driver's simulation (naming the remedy).
+    """
+    import torch.distributed as dist
+
+    from ._private import FAKE_BACKEND
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == FAKE_BACKEND:
+        raise CheckpointError(
+            f"LayoutcoreStorageReader({path!r}) needs a real torch.distributed process group (gloo or NCCL, "
+            "e.g. init_process_group('gloo', ...) with world size 1); torch.distributed.checkpoint cannot run in "
+            "layoutcore's single-process simulation. There, fill the DTensors with "
+            "layoutcore.checkpoint.load(path, into=state_dict).",
+            path=path,
+        )
+
+
 def _base() -> type:
     from torch.distributed.checkpoint import StorageReader
 
@@ -75,6 +99,7 @@ class LayoutcoreStorageReader(_base()):  # type: ignore[misc]  # torch's Storage
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = os.fspath(path)
+        _refuse_simulation(self.path)
         self._tensors: dict[str, Any] | None = None
         self.bytes_read = 0
 
@@ -93,6 +118,7 @@ class LayoutcoreStorageReader(_base()):  # type: ignore[misc]  # torch's Storage
         return self._tensors
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        _refuse_simulation(self.path)
         import torch
         from torch.distributed.checkpoint.metadata import (
             ChunkStorageMetadata,

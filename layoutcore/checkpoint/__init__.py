@@ -6,31 +6,42 @@ without layoutcore; ``load`` reads it into any driver under any layout, reading 
 ranges each process's devices need; ``read_plan`` says which ranges before reading any data.
 Importing this module imports no framework.
 
-The format-neutral read core (:mod:`layoutcore.checkpoint._read_plan`: stored pieces in, byte
-ranges out) serves foreign formats too (torch DCP, safetensors, Orbax).
+``open(path) -> Source`` opens any format ``load`` reads (layoutcore, torch DCP, Orbax,
+safetensors); every format goes through one planner (:mod:`._planner`), one threaded reader
+(:mod:`._reader`, over the format-neutral read core :mod:`._read_plan`) and one hand-over of the
+blocks to the driver (:mod:`layoutcore.driver._fill`): see ``docs/internals.md``. Box records
+(torch DCP's chunks) and Orbax ``_sharding`` entries convert to and from layouts without any
+framework: :func:`layout_from_boxes`, :func:`spec_from_boxes`, :func:`dcp_chunks`,
+:func:`layout_from_orbax_sharding`, :func:`orbax_sharding_entry`.
 """
 
 from __future__ import annotations
 
 from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
-from . import _api, _foreign
-from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan
+from ._api import CheckpointInfo, ReadPlan, Source, inspect, load, open, read_plan
 from ._crc import SlowChecksumWarning
 from ._foreign import export_safetensors
+from ._foreign._boxes import dcp_chunks, layout_from_boxes, spec_from_boxes
+from ._foreign._orbax import layout_from_orbax_sharding, orbax_sharding_entry
 from ._save import save
-
-_api.FOREIGN = _foreign  # the foreign readers build on _api; it reaches them through this plug
 
 __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "ReadPlan",
     "SlowChecksumWarning",
+    "Source",
     "TensorSpec",
+    "dcp_chunks",
     "export_safetensors",
     "inspect",
+    "layout_from_boxes",
+    "layout_from_orbax_sharding",
     "load",
+    "open",
+    "orbax_sharding_entry",
     "read_plan",
     "save",
+    "spec_from_boxes",
 ]

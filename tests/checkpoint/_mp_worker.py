@@ -73,6 +73,8 @@ def measured_load(path: Path, target: dict[str, Any]) -> dict[str, Any]:
     local = list(drv.local_positions(mesh, drv.bind_mesh(mesh)))
     plan = checkpoint.read_plan(path, target, driver=framework)  # this process's devices
     assert plan.read_bytes == checkpoint.read_plan(path, target, process_devices=local).read_bytes
+    with lc.use_driver(framework):  # the default: this process's devices under the selected driver
+        assert checkpoint.read_plan(path, target).reads == plan.reads
     evict(path)
     before = io()
     out = checkpoint.load(path, target, driver=framework)

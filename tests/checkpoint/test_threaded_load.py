@@ -15,7 +15,7 @@ import pytest
 import layoutcore as lc
 from layoutcore import CheckpointError, ConfigurationError, Layout, Mesh, checkpoint
 from layoutcore._dtypes import as_bits, numpy_dtype
-from layoutcore.checkpoint import _api, _save, _threads
+from layoutcore.checkpoint import _reader, _save, _threads
 
 MESH8 = Mesh((8,), ("x",))
 MESH42 = Mesh((4, 2), ("a", "b"))
@@ -29,8 +29,8 @@ def _value(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
 
 @pytest.fixture
 def on_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_api, "INLINE_BYTES", 0)  # every tensor goes to the reader threads
-    monkeypatch.setattr(_api, "TASK_BYTES", 3000)  # a few stored pieces per task
+    monkeypatch.setattr(_reader, "INLINE_BYTES", 0)  # every tensor goes to the reader threads
+    monkeypatch.setattr(_reader, "TASK_BYTES", 3000)  # a few stored pieces per task
     monkeypatch.setattr(_threads, "AHEAD_BYTES", 20_000)  # a few tensors read ahead, blocks queued
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "3")
 
@@ -79,13 +79,13 @@ def test_a_corrupt_piece_read_by_a_thread_raises_naming_it(
     data[7] ^= 0x01
     shard.write_bytes(bytes(data))
     packed: list[str] = []
-    pack = lc.get_driver().pack
+    pack = lc.get_driver().native_pack_owned  # the loader hands its blocks over through this hook
 
-    def recording_pack(components, layout, global_shape=None):  # type: ignore[no-untyped-def]
+    def recording_pack(blocks, layout, devices, global_shape):  # type: ignore[no-untyped-def]
         packed.append(str(global_shape))
-        return pack(components, layout, global_shape=global_shape)
+        return pack(blocks, layout, devices, global_shape)
 
-    monkeypatch.setattr(type(lc.get_driver()), "pack", lambda self, *a, **k: recording_pack(*a, **k))
+    monkeypatch.setattr(type(lc.get_driver()), "native_pack_owned", lambda self, *a: recording_pack(*a))
     with pytest.raises(CheckpointError, match=r"checksum mismatch.*t7/c/3/1") as info:
         checkpoint.load(path, {k: Layout((None, "x"), MESH8) for k in oracle})
     assert info.value.tensor == "t7"
@@ -111,7 +111,7 @@ def test_one_thread_reads_on_the_caller(
         raise AssertionError("a pool was started")
 
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "1")
-    monkeypatch.setattr(_api, "INLINE_BYTES", 0)
+    monkeypatch.setattr(_reader, "INLINE_BYTES", 0)
     monkeypatch.setattr(_threads, "ThreadPoolExecutor", no_pool)
     out = checkpoint.load(saved[0])
     for k, v in saved[1].items():

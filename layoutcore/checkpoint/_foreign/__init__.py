@@ -1,7 +1,7 @@
 """Other frameworks' checkpoints: torch DCP, Orbax and Hugging Face safetensors, and safetensors export.
 
 ``detect(path)`` names the format by the files present; ``open_foreign(path)`` opens it as a
-:class:`ForeignCheckpoint` (no framework import: DCP's pickles go through a restricted
+:class:`ForeignCheckpoint` and :class:`ForeignSource` makes it a ``checkpoint.Source`` (no framework import: DCP's pickles go through a restricted
 unpickler, Orbax's arrays through TensorStore). ``inspect`` / ``read_plan`` / ``load`` take the
 same ``target`` forms as the layoutcore format's, and read, per process, only the byte ranges
 (safetensors, DCP) or stored chunks (Orbax) the local devices' blocks meet.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ._errors import CheckpointError, checkpoint_error
 from ._export import export_safetensors
-from ._load import ForeignInfo, ForeignReadPlan, inspect, load, read_plan, saved_spec
+from ._load import ForeignInfo, ForeignReadPlan, ForeignSource, inspect, load, read_plan, saved_spec
 from ._model import ForeignCheckpoint, ForeignTensor, RefusedValue
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ForeignCheckpoint",
     "ForeignInfo",
     "ForeignReadPlan",
+    "ForeignSource",
     "ForeignTensor",
     "RefusedValue",
     "detect",

@@ -1,18 +1,18 @@
-"""inspect / read_plan / load over any foreign checkpoint, with the layoutcore format's target forms.
+"""The foreign formats as :class:`~layoutcore.checkpoint._source.Source`s: torch DCP, Orbax, safetensors.
 
-The target forms and their checks are the layoutcore format's own (``_flat_target`` /
-``_target_layout`` of :mod:`layoutcore.checkpoint._api`); what differs is the saved layout:
-Orbax records one, torch DCP records only boxes (the smallest layout with those blocks is
-inferred, :func:`~._boxes.layout_from_boxes`), safetensors records one whole block per tensor
-(replicated on a one-device mesh).
+Each only says where a tensor's bytes lie: safetensors and DCP as stored pieces at byte offsets of
+their files (read by the shared threaded reader, exact runs, whole pieces in slabs), Orbax as
+compressed chunks decoded through TensorStore. The planner, reader and hand-over to the driver
+are the layoutcore format's own. What differs is the saved layout: Orbax records one, torch DCP
+records only boxes (the smallest layout with those blocks is inferred,
+:func:`~._boxes.layout_from_boxes`), safetensors records one whole block per tensor (replicated
+on a one-device mesh).
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,14 +22,15 @@ from ..._capabilities import Limitation
 from ..._errors import UnsupportedLayoutError
 from ..._layout import Layout
 from ..._mesh import Mesh
-from ..._tensor_spec import TensorSpec, device_bounds
-from .._api import CheckpointInfo, ReadPlan, _flat_target, _positions, _target_layout, check_spec_dtype, pack_loaded
-from .._read_plan import merge_ranges
+from ..._tensor_spec import TensorSpec
+from .._meta import CheckpointInfo
+from .._read_plan import StoredTensor
+from .._source import ReadPlan, Source
 from ._boxes import layout_from_boxes
 from ._errors import checkpoint_error
 from ._model import Box, ForeignCheckpoint, ForeignTensor, RefusedValue, map_tree
 
-__all__ = ["ForeignInfo", "ForeignReadPlan", "inspect", "load", "read_plan", "saved_spec"]
+__all__ = ["ForeignInfo", "ForeignReadPlan", "ForeignSource", "inspect", "load", "read_plan", "saved_spec"]
 
 #: The mesh of a tensor stored as one block with no recorded layout.
 ONE_DEVICE = Mesh((1,), ("d",))
@@ -98,98 +99,83 @@ def inspect(ckpt: ForeignCheckpoint) -> ForeignInfo:
     )
 
 
-def _layouts(ckpt: ForeignCheckpoint, target: Any, driver: Any = None) -> dict[str, tuple[TensorSpec, Layout]]:
-    saved = {p: saved_spec(t)[0] for p, t in ckpt.tensors.items()}
-    wanted = _flat_target(target, saved)
-    for p in saved:
-        check_spec_dtype(p, wanted.get(p), driver)
-    return {p: (s, _target_layout(p, s, wanted.get(p))) for p, s in saved.items()}
+#: ``Source.format`` of each foreign format (``ForeignCheckpoint.format`` names DCP ``torch-dcp``).
+SOURCE_FORMATS = {"torch-dcp": "dcp", "orbax": "orbax", "safetensors": "safetensors"}
 
 
-def _boxes(spec: TensorSpec, layout: Layout, positions: list[int]) -> list[Box]:
-    starts, stops = device_bounds(spec.shape, layout._require_mesh("load").shape, layout.dim_axes)
-    return [(tuple(starts[q].tolist()), tuple((stops[q] - starts[q]).tolist())) for q in positions]
+class ForeignSource(Source):
+    """A foreign checkpoint as a :class:`Source` (its files are absolute paths)."""
+
+    def __init__(self, ckpt: ForeignCheckpoint) -> None:
+        specs = {p: saved_spec(t)[0] for p, t in ckpt.tensors.items()}
+        super().__init__(ckpt.path, specs, metadata_bytes=ckpt.metadata_bytes)
+        self.format = SOURCE_FORMATS[ckpt.format]
+        self.checkpoint = ckpt
+
+    @property
+    def root(self) -> str:
+        return "/"
+
+    def stored_tensor(self, key: Any) -> StoredTensor | None:
+        if self.format == "orbax":
+            return None  # compressed chunks: decoded through TensorStore
+        return self.checkpoint.tensors[key].stored
+
+    def chunk_runs(self, path: str, boxes: Sequence[Box]) -> list[tuple[str, np.ndarray[Any, Any]]]:
+        return self.checkpoint.plan(self.checkpoint.tensors[path], boxes)
+
+    def decode(self, path: str, boxes: Sequence[Box], out: Sequence[np.ndarray[Any, Any]]) -> None:
+        self.checkpoint.read_into(self.checkpoint.tensors[path], boxes, out)
+
+    def inspect(self) -> CheckpointInfo:
+        self._check_open()
+        return inspect(self.checkpoint)
+
+    def _values(self, driver: Any) -> dict[str, Any]:
+        for value in self.checkpoint.values.values():
+            if isinstance(value, RefusedValue) and value.dtype:  # a tensor of a dtype layoutcore cannot hold
+                raise UnsupportedLayoutError(
+                    f"checkpoint.load: {self.path}: tensor {value.path!r} has dtype {value.dtype}: {value.message}",
+                    driver=driver.name,
+                    feature=Limitation.DTYPE,
+                    value=value.dtype,
+                )
+            if isinstance(value, RefusedValue):
+                raise checkpoint_error(
+                    f"{self.path}: value {value.path!r} was not loaded: {value.message}", file=value.file
+                )
+        return dict(self.checkpoint.values)
+
+    def _rebuild(self, values: Mapping[str, Any]) -> Any:
+        return map_tree(self.checkpoint.tree, values.__getitem__)
+
+    def _read_plan(self, **fields: Any) -> ReadPlan:
+        return ForeignReadPlan(**fields, exact=self.format != "orbax")
+
+    def _close(self) -> None:
+        self.checkpoint.close()
 
 
 def read_plan(
-    ckpt: ForeignCheckpoint, target: Any = None, *, process_devices: Iterable[int | str] | None = None
+    ckpt: ForeignCheckpoint,
+    target: Any = None,
+    *,
+    process_devices: Iterable[int | str] | None = None,
+    driver: Any = None,
 ) -> ForeignReadPlan:
-    """The byte runs one process reads to load ``ckpt`` under ``target`` (nothing is read).
-
-    ``process_devices``: mesh positions (ints) or device names of this process's devices on
-    each target mesh (default: every device, a one-process load).
-    """
-    devices = None if process_devices is None else list(process_devices)
-    per_file: dict[str, list[np.ndarray[Any, Any]]] = {}
-    tensors: dict[str, tuple[int, int]] = {}
-    floor = 0
-    for path, (saved, layout) in _layouts(ckpt, target).items():
-        tensor = ckpt.tensors[path]
-        needed = list(dict.fromkeys(_boxes(saved, layout, _positions(layout, devices, None))))
-        tfloor = sum(math.prod(s) for _, s in needed) * (tensor.nbytes // max(1, math.prod(tensor.shape)))
-        tread = 0
-        for file, runs in ckpt.plan(tensor, needed):
-            per_file.setdefault(file, []).append(runs)
-            tread += int(runs[:, 1].sum()) if len(runs) else 0
-        tensors[path] = (tread, tfloor)
-        floor += tfloor
-    reads: list[tuple[str, int, int]] = []
-    total = 0
-    for f in sorted(per_file):
-        merged = merge_ranges(np.concatenate(per_file[f]))
-        total += int(merged[:, 1].sum())
-        reads.extend((f, int(o), int(n)) for o, n in merged.tolist())
-    return ForeignReadPlan(
-        tuple(reads),
-        total,
-        floor,
-        total / floor if floor else 1.0,
-        ckpt.metadata_bytes,
-        tensors,
-        exact=ckpt.format != "orbax",
-    )
+    """The byte runs one process reads to load ``ckpt`` under ``target`` (nothing is read):
+    :meth:`Source.read_plan` of :class:`ForeignSource` (default: this process's devices)."""
+    plan = ForeignSource(ckpt).read_plan(target, process_devices=process_devices, driver=driver)
+    assert isinstance(plan, ForeignReadPlan)
+    return plan
 
 
-def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> Any:
-    """The checkpoint's tree, each tensor a distributed tensor of ``driver`` under its target layout.
+def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None, **kwargs: Any) -> Any:
+    """The checkpoint's tree, each tensor a distributed tensor of ``driver`` under its target layout
+    (:meth:`Source.load` of :class:`ForeignSource`; the checkpoint is closed afterwards).
 
     ``target=None`` loads each tensor on its saved layout (Orbax), on the inferred layout of its
-    saved boxes (DCP), or replicated on one device (safetensors). Non-tensor leaves come back as
-    saved. This process reads only the blocks its devices hold, each distinct block once
-    (replicas get their own copy).
+    saved boxes (DCP), or replicated on one device (safetensors). Non-tensor leaves come back as saved.
     """
-    from ...driver._registry import get_driver
-
-    drv = get_driver(driver)
-    for value in ckpt.values.values():
-        if isinstance(value, RefusedValue) and value.dtype:
-            raise UnsupportedLayoutError(
-                f"checkpoint.load: {ckpt.path}: tensor {value.path!r} has dtype {value.dtype}: {value.message}",
-                driver=drv.name,
-                feature=Limitation.DTYPE,
-                value=value.dtype,
-            )
-        if isinstance(value, RefusedValue):
-            raise checkpoint_error(
-                f"{ckpt.path}: value {value.path!r} was not loaded: {value.message}", file=value.file
-            )
-    results: dict[str, Any] = dict(ckpt.values)
-    fds: dict[str, int] = {}
-    try:
-        for path, (saved, layout) in _layouts(ckpt, target, drv).items():
-            tensor = ckpt.tensors[path]
-            boxes = _boxes(saved, layout, _positions(layout, None, drv))
-            distinct = list(dict.fromkeys(boxes))
-            blocks = dict(zip(distinct, ckpt.read(tensor, distinct, fds), strict=True))
-            used: set[Box] = set()
-            components = []
-            for b in boxes:
-                components.append(blocks[b] if b not in used else blocks[b].copy())
-                used.add(b)
-            results[path] = pack_loaded(drv, path, components, layout, tensor.shape)
-    finally:
-        for fd in fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        ckpt.close()
-    return map_tree(ckpt.tree, results.__getitem__)
+    with ForeignSource(ckpt) as source:
+        return source.load(target, driver=driver, **kwargs)

@@ -10,6 +10,7 @@ through TensorStore.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,20 @@ class ForeignCheckpoint:
                 )
                 done[box] = out
         return [done[(tuple(o), tuple(s))] for o, s in boxes]
+
+    def read_into(self, tensor: ForeignTensor, boxes: Sequence[Box], out: Sequence[np.ndarray[Any, Any]]) -> None:
+        """Fill ``out[i]`` with box ``boxes[i]`` of ``tensor`` (formats that decode chunks override it).
+
+        Raises:
+            CheckpointError: as :meth:`read`.
+        """
+        fds: dict[str, int] = {}
+        try:
+            for dst, value in zip(out, self.read(tensor, boxes, fds), strict=True):
+                np.copyto(dst, value, casting="no")
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     def close(self) -> None:
         """Release anything held open (TensorStore handles)."""

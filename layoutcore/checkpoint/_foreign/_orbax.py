@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._dtypes import dtype_name, itemsize
+from ..._dtypes import dtype_name, itemsize, numpy_dtype
 from ..._layout import Layout
 from ..._mesh import Mesh
 from ._errors import checkpoint_error
@@ -183,16 +183,27 @@ class OrbaxCheckpoint(ForeignCheckpoint):
         return out
 
     def read(self, tensor: ForeignTensor, boxes: Sequence[Box], fds: dict[str, int]) -> list[np.ndarray[Any, Any]]:
+        out = [np.empty(sizes, dtype=numpy_dtype(tensor.dtype)) for _, sizes in boxes]
+        self.read_into(tensor, boxes, out)
+        return out
+
+    def read_into(self, tensor: ForeignTensor, boxes: Sequence[Box], out: Sequence[np.ndarray[Any, Any]]) -> None:
+        """Fill ``out[i]`` (of ``boxes[i]``'s sizes, any rank, 0-d included) through TensorStore.
+
+        Raises:
+            CheckpointError: a chunk TensorStore cannot read (corrupt or missing), naming the array.
+        """
         store = self._store(tensor)
-        out = []
-        for offsets, sizes in boxes:
+        for (offsets, sizes), dst in zip(boxes, out, strict=True):
             index = tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))
             try:
                 value = np.asarray(store[index].read().result() if index else store.read().result())
             except Exception as err:  # TensorStore's own errors: corrupt or missing chunks
-                raise checkpoint_error(f"{self.path}: reading {tensor.key!r} failed ({err})", file=self.path) from None
-            out.append(np.ascontiguousarray(value))
-        return out
+                raise checkpoint_error(
+                    f"{self.path}: reading {tensor.key!r} failed ({err})", file=self.path, tensor=tensor.path
+                ) from None
+            # a copy into the block, never np.ascontiguousarray: that makes a 0-d value 1-d (optax's count)
+            np.copyto(dst, value.reshape(dst.shape), casting="no")
 
     def close(self) -> None:
         self._handles.clear()

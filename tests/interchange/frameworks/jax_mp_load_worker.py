@@ -30,6 +30,9 @@ info = ckpt.inspect(file)
 shape = info.tensors["w"].shape
 positions = list(range(4 * pid, 4 * pid + 4))  # process 0's devices come first in the bound mesh
 plan = ckpt.read_plan(file, {"w": layout}, process_devices=positions)
+with lc.use_driver("jax"):  # the default plans for this process's devices, as the load reads them
+    assert ckpt.read_plan(file, {"w": layout}).reads == plan.reads
+assert ckpt.read_plan(file, {"w": layout}, driver="jax").reads == plan.reads
 
 
 def io() -> dict[str, int]:

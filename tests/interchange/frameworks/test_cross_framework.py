@@ -47,8 +47,14 @@ def python_for(framework: str) -> str:
     return str(candidate) if candidate.exists() else sys.executable
 
 
+def _pythonpath() -> str:
+    """This directory (the workers' helpers), then the caller's path: a worktree's checkout under test
+    comes before the layoutcore installed in the environment."""
+    return os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def run(framework: str, *args: str, timeout: int = 240) -> str:
-    env = {**os.environ, "LAYOUTCORE_CPU_DEVICES": "8", "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "LAYOUTCORE_CPU_DEVICES": "8", "PYTHONPATH": _pythonpath()}
     proc = subprocess.run(
         [python_for(framework), *args], cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -66,7 +72,7 @@ def _port() -> int:
 
 def _dcp_save(out: Path, *flags: str) -> Path:
     port = str(_port())
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     cmd = [python_for("torch"), "torch_dcp_save.py"]
     procs = [
         subprocess.Popen(
@@ -189,7 +195,7 @@ def test_dcp_storage_reader_fills_dtensors(tmp_path: Path) -> None:
     }
     ckpt.save(tmp_path / "lc", {"model": model, "rep": g["rep"]})
     port = str(_port())
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     cmd = [python_for("torch"), "torch_dcp_reader_worker.py"]
     procs = [
         subprocess.Popen(
@@ -216,7 +222,7 @@ def run_jax_pair(file: Path, kind: str) -> list[dict[str, int]]:
     import json
 
     port = str(_port())
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     env.pop("LAYOUTCORE_CPU_DEVICES", None)
     cmd = [python_for("jax"), "jax_mp_load_worker.py"]
     procs = [

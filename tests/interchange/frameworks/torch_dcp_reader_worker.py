@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from layoutcore_torch._storage_reader import LayoutcoreStorageReader
+from layoutcore_torch import LayoutcoreStorageReader
 from oracle import dcp_arrays
 from torch.distributed.tensor import DeviceMesh, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
