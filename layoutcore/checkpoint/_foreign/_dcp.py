@@ -17,7 +17,6 @@ function not on the list -- raises ``CheckpointError`` naming the file before an
 from __future__ import annotations
 
 import io
-import json
 import math
 import pickle
 import struct
@@ -29,6 +28,7 @@ from typing import Any
 from ..._dtypes import itemsize
 from ..._errors import LayoutcoreError
 from .._read_plan import StoredPiece
+from ._dcp_safetensors import locate_safetensors_chunk
 from ._errors import CheckpointError, checkpoint_error
 from ._model import Box, ForeignCheckpoint, ForeignTensor, RefusedValue, nest
 
@@ -326,81 +326,161 @@ def _locate_chunk(
     return data + obj.offset * item, obj, window.bytes_read + 30
 
 
-def _locate_safetensors_chunk(
-    f: io.BufferedReader,
-    file: str,
-    offset: int,
-    fqn: str,
-    box: Box,
-    dtype: str,
-    cache: dict[tuple[str, int], tuple[dict[str, Any], int]],
-) -> tuple[int, int]:
-    """A chunk written with DCP's ``SAFETENSORS`` serialisation: (absolute data offset, bytes read).
-
-    Each rank's file holds, at the item's offset, one safetensors blob of its chunks keyed by
-    fully qualified name, with DCP's ``saved_offsets`` in ``__metadata__``. torch 2.13 records the
-    blob's start as every item's offset (its own reader then fails); the chunk is found by name
-    in the blob and checked against the metadata's box, dtype and the file's size.
-    """
-    from ._safetensors import SAFETENSORS_DTYPES
-
-    what = f"chunk {fqn!r} at {box[0]}"
-    cached = cache.get((file, offset))
-    read = 0
-    if cached is None:
-        f.seek(offset)
-        head = f.read(8)
-        size = f.seek(0, 2)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or n > 100_000_000 or offset + 8 + n > size:
-            raise checkpoint_error(
-                f"{file}: {what} at byte {offset} is neither a torch.save archive nor safetensors", file=file
-            )
-        f.seek(offset + 8)
-        try:
-            header = json.loads(f.read(n))
-            sharding = json.loads(header.get("__metadata__", {}).get("DCP_SHARDING_INFO", "{}"))
-            assert isinstance(header, dict) and isinstance(sharding, dict)
-        except (ValueError, AssertionError, AttributeError, TypeError):
-            raise checkpoint_error(
-                f"{file}: {what}: malformed safetensors header at byte {offset}", file=file
-            ) from None
-        header["__sharding__"] = sharding
-        cached = cache[(file, offset)] = (header, offset + 8 + n)
-        read = 8 + n
-    header, data_start = cached
-    entry: Any = header.get(fqn)
-    info: Any = header["__sharding__"].get(fqn)
-    saved = info.get("saved_offsets") if isinstance(info, dict) else None
-    try:
-        code, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-        begin, end = int(begin), int(end)
-    except (TypeError, KeyError, ValueError):
-        raise checkpoint_error(
-            f"{file}: the safetensors blob at byte {offset} has no entry for {what}", file=file
-        ) from None
-    nbytes = math.prod(box[1]) * itemsize(dtype)
-    f.seek(0, 2)
-    if (
-        SAFETENSORS_DTYPES.get(code) != dtype
-        or shape != box[1]
-        or (saved is not None and (not isinstance(saved, list) or tuple(saved) != tuple(box[0])))
-        or end - begin != nbytes
-        or begin < 0
-        or data_start + end > f.tell()
-    ):
-        raise checkpoint_error(
-            f"{file}: {what}: the safetensors entry ({code} {list(shape)} at [{begin}, {end}), saved offsets "
-            f"{saved}) does not match the metadata's {dtype} {box[1]} or lies past the file's end",
-            file=file,
-        )
-    return data_start + begin, read
-
-
 def _key_path(keys: Any, fqn: str) -> tuple[str, ...]:
     if isinstance(keys, (tuple, list)) and keys and all(isinstance(k, (str, int)) for k in keys):
         return tuple(str(k) for k in keys)
     return (fqn,)
+
+
+#: ``fqn -> [(chunk offset, or None for a non-tensor value; its storage info)]``.
+_ByFqn = dict[str, list[tuple[tuple[int, ...] | None, Any]]]
+
+
+def _read_metadata(meta_file: Path) -> tuple[Any, bytes]:
+    """Unpickle ``.metadata``; returns the ``Metadata`` stand-in and the file's raw bytes.
+
+    Raises:
+        CheckpointError: the file cannot be read, or does not hold a DCP ``Metadata`` record.
+    """
+    name = str(meta_file)
+    try:
+        raw = meta_file.read_bytes()
+    except OSError as err:
+        raise checkpoint_error(f"cannot read {name}: {err.strerror}", file=name) from None
+    md = _unpickle(raw, _METADATA_GLOBALS, name)
+    if not isinstance(md, _META_CLASSES["Metadata"]):
+        raise checkpoint_error(f"{name} does not hold a DCP Metadata record", file=name)
+    return md, raw
+
+
+def _group_storage(storage: dict[Any, Any], name: str) -> _ByFqn:
+    """Group the metadata's ``storage_data`` by fully qualified name.
+
+    Raises:
+        CheckpointError: a storage index whose offset is not a tuple.
+    """
+    by_fqn: _ByFqn = {}
+    for index, info in storage.items():
+        offset = getattr(index, "offset", None)
+        if offset is not None and not isinstance(offset, tuple):
+            raise checkpoint_error(f"{name}: malformed storage index {index!r}", file=name)
+        by_fqn.setdefault(str(getattr(index, "fqn", "")), []).append((offset, info))
+    return by_fqn
+
+
+class _DcpReader:
+    """The state of one ``open_dcp``: open ``.distcp`` handles, files seen, bytes read so far.
+
+    ``name`` is the ``.metadata`` file's path, used in error messages; ``read`` counts bytes.
+    """
+
+    def __init__(self, path: Path, name: str, by_fqn: _ByFqn, files: set[str], read: int) -> None:
+        self.path = path
+        self.name = name
+        self.by_fqn = by_fqn
+        self.files = files
+        self.read = read
+        self.handles: dict[str, io.BufferedReader] = {}
+        self.st_headers: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
+
+    def close(self) -> None:
+        """Close every handle opened so far."""
+        for f in self.handles.values():
+            f.close()
+
+    def handle(self, rel: str) -> tuple[io.BufferedReader, str]:
+        """The (cached) open handle of data file ``rel`` (relative to the directory), and its resolved path.
+
+        Raises:
+            CheckpointError: the file cannot be opened.
+        """
+        file = self.path / str(rel)
+        key = str(file.resolve())
+        if key not in self.handles:
+            try:
+                self.handles[key] = open(file, "rb")  # noqa: SIM115 - closed by close()
+            except OSError as err:
+                raise checkpoint_error(
+                    f"{self.name} names {rel}, which cannot be opened: {err.strerror}", file=str(file)
+                ) from None
+            self.files.add(key)
+        return self.handles[key], key
+
+    def refuse_transforms(self, fqn: str) -> None:
+        """Refuse ``fqn`` when any of its chunks is stored with a transform (compression, an extension)."""
+        for _, info in self.by_fqn.get(fqn, []):
+            if getattr(info, "transform_descriptors", None):
+                raise checkpoint_error(
+                    f"{self.name}: {fqn!r} is stored with transforms {info.transform_descriptors} (compression or "
+                    "an extension), which layoutcore does not read; save without them",
+                    file=self.name,
+                )
+
+    def read_value(self, fqn: str, tree_path: str) -> Any:
+        """The plain-data value stored for ``fqn``, or a ``RefusedValue`` when it is not plain data.
+
+        Raises:
+            CheckpointError: no stored bytes for ``fqn``.
+        """
+        (_, info), *_ = self.by_fqn.get(fqn) or [(None, None)]
+        if info is None:
+            raise checkpoint_error(f"{self.name}: no stored bytes for value {fqn!r}", file=self.name)
+        f, key = self.handle(info.relative_path)
+        try:
+            _, value, n = _locate_chunk(f, key, int(info.offset), int(info.length), f"value {fqn!r}")
+        except CheckpointError as err:
+            # a non-tensor value that is not plain data (a custom class): never unpickled;
+            # the tensors stay inspectable, and loading the tree raises this error
+            return RefusedValue(tree_path, str(err), key)
+        self.read += n
+        return value
+
+    def read_tensor(self, fqn: str, tree_path: str, entry: Any) -> ForeignTensor:
+        """Locate every stored chunk of tensor ``fqn`` (``entry``: its ``TensorStorageMetadata``).
+
+        Raises:
+            CheckpointError: a chunk the metadata lacks, one that disagrees with it, or chunks that
+                do not tile the tensor.
+        """
+        shape = tuple(entry.size)
+        dtype = str(entry.properties.dtype)
+        chunk_boxes: dict[tuple[int, ...], Box] = {
+            tuple(c.offsets): (tuple(c.offsets), tuple(c.sizes)) for c in entry.chunks
+        }
+        pieces: list[StoredPiece] = []
+        for offset, info in self.by_fqn.get(fqn, []):
+            box = chunk_boxes.get(tuple(offset or (0,) * len(shape)))
+            if box is None:
+                raise checkpoint_error(
+                    f"{self.name}: {fqn!r} stores a chunk at {offset} that its metadata lacks", file=self.name
+                )
+            pieces.append(self._read_piece(fqn, info, box, dtype))
+        _check_tiling(shape, [(p.start, p.shape) for p in pieces], fqn, self.name)
+        return ForeignTensor(
+            tree_path, fqn, shape, dtype, None, tuple((p.start, p.shape) for p in pieces), tuple(pieces)
+        )
+
+    def _read_piece(self, fqn: str, info: Any, box: Box, dtype: str) -> StoredPiece:
+        """Locate one chunk (``box``, of ``dtype``) of ``fqn``, in either serialisation.
+
+        Raises:
+            CheckpointError: the stored chunk's dtype or size disagrees with the metadata.
+        """
+        f, key = self.handle(info.relative_path)
+        f.seek(int(info.offset))
+        if f.read(4) != b"PK\x03\x04":  # not a torch.save zip: DCP's SAFETENSORS serialisation
+            start, n = locate_safetensors_chunk(f, key, int(info.offset), fqn, box, dtype, self.st_headers)
+            self.read += n
+            return StoredPiece(key, start, box[0], box[1])
+        start, tensor, n = _locate_chunk(f, key, int(info.offset), int(info.length), f"chunk {fqn!r} at {box[0]}")
+        self.read += n
+        if not isinstance(tensor, _Tensor) or tensor.size != box[1] or tensor.dtype != dtype:
+            raise checkpoint_error(
+                f"{key}: chunk {fqn!r} at {box[0]} holds {getattr(tensor, 'dtype', '?')} "
+                f"{getattr(tensor, 'size', '?')}, the metadata says {dtype} {box[1]}",
+                file=key,
+            )
+        return StoredPiece(key, start, box[0], box[1])
 
 
 def open_dcp(path: Path) -> ForeignCheckpoint:
@@ -416,108 +496,28 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
     """
     meta_file = path / ".metadata"
     name = str(meta_file)
-    try:
-        raw = meta_file.read_bytes()
-    except OSError as err:
-        raise checkpoint_error(f"cannot read {name}: {err.strerror}", file=name) from None
-    md = _unpickle(raw, _METADATA_GLOBALS, name)
-    if not isinstance(md, _META_CLASSES["Metadata"]):
-        raise checkpoint_error(f"{name} does not hold a DCP Metadata record", file=name)
+    md, raw = _read_metadata(meta_file)
     entries = getattr(md, "state_dict_metadata", None)
     storage = getattr(md, "storage_data", None)
     planner = getattr(md, "planner_data", None) or {}
     if not isinstance(entries, dict) or not isinstance(storage, dict):
         raise checkpoint_error(f"{name}: Metadata without state_dict_metadata/storage_data", file=name)
-    by_fqn: dict[str, list[tuple[tuple[int, ...] | None, Any]]] = {}
-    for index, info in storage.items():
-        offset = getattr(index, "offset", None)
-        if offset is not None and not isinstance(offset, tuple):
-            raise checkpoint_error(f"{name}: malformed storage index {index!r}", file=name)
-        by_fqn.setdefault(str(getattr(index, "fqn", "")), []).append((offset, info))
+    reader = _DcpReader(path, name, _group_storage(storage, name), {str(meta_file.resolve())}, len(raw))
     tensors: dict[str, ForeignTensor] = {}
     values: dict[str, Any] = {}
     paths: list[tuple[str, ...]] = []
-    files: set[str] = {str(meta_file.resolve())}
-    handles: dict[str, io.BufferedReader] = {}
-    st_headers: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
-    read = len(raw)
     try:
         for fqn, entry in entries.items():
             keys = _key_path(planner.get(fqn) if isinstance(planner, dict) else None, fqn)
             paths.append(keys)
             tree_path = "/".join(keys)
-            for _, info in by_fqn.get(fqn, []):
-                if getattr(info, "transform_descriptors", None):
-                    raise checkpoint_error(
-                        f"{name}: {fqn!r} is stored with transforms {info.transform_descriptors} (compression or an "
-                        "extension), which layoutcore does not read; save without them",
-                        file=name,
-                    )
-
-            def handle(rel: str) -> tuple[io.BufferedReader, str]:
-                file = path / str(rel)
-                key = str(file.resolve())
-                if key not in handles:
-                    try:
-                        handles[key] = open(file, "rb")  # noqa: SIM115 - closed in the finally below
-                    except OSError as err:
-                        raise checkpoint_error(
-                            f"{name} names {rel}, which cannot be opened: {err.strerror}", file=str(file)
-                        ) from None
-                    files.add(key)
-                return handles[key], key
-
+            reader.refuse_transforms(fqn)
             if entry.kind == "BytesStorageMetadata":
-                (_, info), *_ = by_fqn.get(fqn) or [(None, None)]
-                if info is None:
-                    raise checkpoint_error(f"{name}: no stored bytes for value {fqn!r}", file=name)
-                f, key = handle(info.relative_path)
-                try:
-                    _, value, n = _locate_chunk(f, key, int(info.offset), int(info.length), f"value {fqn!r}")
-                except CheckpointError as err:
-                    # a non-tensor value that is not plain data (a custom class): never unpickled;
-                    # the tensors stay inspectable, and loading the tree raises this error
-                    values[tree_path] = RefusedValue(tree_path, str(err), key)
-                    continue
-                read += n
-                values[tree_path] = value
-                continue
-            if entry.kind != "TensorStorageMetadata":
+                values[tree_path] = reader.read_value(fqn, tree_path)
+            elif entry.kind == "TensorStorageMetadata":
+                tensors[tree_path] = reader.read_tensor(fqn, tree_path, entry)
+            else:
                 raise checkpoint_error(f"{name}: {fqn!r} has unknown storage metadata {entry.kind}", file=name)
-            shape = tuple(entry.size)
-            dtype = str(entry.properties.dtype)
-            chunk_boxes: dict[tuple[int, ...], Box] = {
-                tuple(c.offsets): (tuple(c.offsets), tuple(c.sizes)) for c in entry.chunks
-            }
-            pieces: list[StoredPiece] = []
-            for offset, info in by_fqn.get(fqn, []):
-                box = chunk_boxes.get(tuple(offset or (0,) * len(shape)))
-                if box is None:
-                    raise checkpoint_error(
-                        f"{name}: {fqn!r} stores a chunk at {offset} that its metadata lacks", file=name
-                    )
-                f, key = handle(info.relative_path)
-                f.seek(int(info.offset))
-                if f.read(4) != b"PK\x03\x04":  # not a torch.save zip: DCP's SAFETENSORS serialisation
-                    start, n = _locate_safetensors_chunk(f, key, int(info.offset), fqn, box, dtype, st_headers)
-                    read += n
-                    pieces.append(StoredPiece(key, start, box[0], box[1]))
-                    continue
-                start, tensor, n = _locate_chunk(
-                    f, key, int(info.offset), int(info.length), f"chunk {fqn!r} at {box[0]}"
-                )
-                read += n
-                if not isinstance(tensor, _Tensor) or tensor.size != box[1] or tensor.dtype != dtype:
-                    raise checkpoint_error(
-                        f"{key}: chunk {fqn!r} at {box[0]} holds {getattr(tensor, 'dtype', '?')} "
-                        f"{getattr(tensor, 'size', '?')}, the metadata says {dtype} {box[1]}",
-                        file=key,
-                    )
-                pieces.append(StoredPiece(key, start, box[0], box[1]))
-            _check_tiling(shape, [(p.start, p.shape) for p in pieces], fqn, name)
-            tensors[tree_path] = ForeignTensor(
-                tree_path, fqn, shape, dtype, None, tuple((p.start, p.shape) for p in pieces), tuple(pieces)
-            )
     except (AttributeError, TypeError, KeyError, ValueError, IndexError, OverflowError) as err:
         # the stand-ins hold whatever the pickle gave them: a missing field or a wrong type is a
         # malformed checkpoint (layoutcore's own errors pass through untouched)
@@ -525,14 +525,15 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
             raise
         raise checkpoint_error(f"{name}: malformed DCP metadata ({type(err).__name__}: {err})", file=name) from None
     finally:
-        for f in handles.values():
-            f.close()
+        reader.close()
     try:
         tree = nest(paths)
     except ValueError as err:
         raise checkpoint_error(f"{name}: inconsistent state dict keys ({err})", file=name) from None
     version = str(getattr(md, "version", "") or "")
-    return ForeignCheckpoint("torch-dcp", str(path), tensors, values, tree, tuple(sorted(files)), read, version)
+    return ForeignCheckpoint(
+        "torch-dcp", str(path), tensors, values, tree, tuple(sorted(reader.files)), reader.read, version
+    )
 
 
 def _check_tiling(shape: tuple[int, ...], boxes: list[Box], fqn: str, file: str) -> None:
