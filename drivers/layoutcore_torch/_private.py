@@ -262,66 +262,95 @@ def _guarded_mode_class(refusal: Callable[[Any, Any, str], Exception]) -> Any:
     mode_base = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensorMode")
     local_tensor = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensor")
     import torch
-    from torch.utils import _pytree
 
     plain_types = (torch.Tensor, torch.nn.Parameter)
 
-    def written(func: Any) -> tuple[tuple[int, str], ...]:
-        try:
-            return _written_cache[func]
-        except KeyError:
-            pass
-        schema = getattr(func, "_schema", None)
-        result = tuple(
-            (index, arg.name)
-            for index, arg in enumerate(schema.arguments if schema is not None else ())
-            if arg.alias_info is not None and arg.alias_info.is_write
-        )
-        _written_cache[func] = result
-        return result
-
-    def plain_targets(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        found: list[Any] = []
-        for index, name in written(func):
-            value = args[index] if index < len(args) else kwargs.get(name)
-            for item in value if isinstance(value, (list, tuple)) else (value,):
-                if type(item) in plain_types:
-                    found.append(item)
-        return found
-
-    def same_on_every_rank(value: Any) -> Any:
-        per_rank = list(value._local_tensors.values())
-        first = per_rank[0]
-        for other in per_rank[1:]:
-            if other.shape != first.shape or other.dtype != first.dtype:
-                return None
-            if not torch.equal(other, first):
-                if not (first.is_floating_point() or first.is_complex()):
-                    return None
-                if not bool(((other == first) | (other.isnan() & first.isnan())).all()):
-                    return None
-        return first
-
     class GuardedLocalTensorMode(mode_base):  # type: ignore[misc, valid-type]  # torch's class, found at run time
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if not self._disable and written(func):
+            if not self._disable and _written(func):
                 kwargs = kwargs or {}
-                targets = plain_targets(func, args, kwargs)
+                targets = _plain_targets(func, args, kwargs, plain_types)
                 if targets:
-                    flat, spec = _pytree.tree_flatten((args, kwargs))
-                    if any(isinstance(a, local_tensor) for a in flat):
-                        once = []
-                        for a in flat:
-                            if isinstance(a, local_tensor):
-                                value = same_on_every_rank(a)
-                                if value is None:
-                                    raise refusal(func, targets[0], "its per-rank values differ")
-                                a = value
-                            once.append(a)
-                        args, kwargs = _pytree.tree_unflatten(once, spec)
+                    args, kwargs = _collapse_local_args(func, args, kwargs, local_tensor, targets[0], refusal)
             return super().__torch_dispatch__(func, types, args, kwargs)
 
     return GuardedLocalTensorMode
+
+
+def _written(func: Any) -> tuple[tuple[int, str], ...]:
+    """The (position, name) of each argument op overload ``func``'s schema writes into (cached)."""
+    try:
+        return _written_cache[func]
+    except KeyError:
+        pass
+    schema = getattr(func, "_schema", None)
+    result = tuple(
+        (index, arg.name)
+        for index, arg in enumerate(schema.arguments if schema is not None else ())
+        if arg.alias_info is not None and arg.alias_info.is_write
+    )
+    _written_cache[func] = result
+    return result
+
+
+def _plain_targets(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], plain_types: tuple[type, ...]
+) -> list[Any]:
+    """The arguments ``func`` writes into whose exact type is one of ``plain_types`` (not per-rank tensors)."""
+    found: list[Any] = []
+    for index, name in _written(func):
+        value = args[index] if index < len(args) else kwargs.get(name)
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if type(item) in plain_types:
+                found.append(item)
+    return found
+
+
+def _same_on_every_rank(value: Any) -> Any:
+    """Rank 0's tensor of LocalTensor ``value`` when every rank holds the same one (NaN equal to NaN), else None."""
+    import torch
+
+    per_rank = list(value._local_tensors.values())
+    first = per_rank[0]
+    for other in per_rank[1:]:
+        if other.shape != first.shape or other.dtype != first.dtype:
+            return None
+        if not torch.equal(other, first):
+            if not (first.is_floating_point() or first.is_complex()):
+                return None
+            if not bool(((other == first) | (other.isnan() & first.isnan())).all()):
+                return None
+    return first
+
+
+def _collapse_local_args(
+    func: Any,
+    args: Any,
+    kwargs: dict[str, Any],
+    local_tensor: type,
+    target: Any,
+    refusal: Callable[[Any, Any, str], Exception],
+) -> tuple[Any, Any]:
+    """``(args, kwargs)`` with each LocalTensor replaced by its one value, for a write into plain ``target``.
+
+    Raises:
+        The ``refusal`` exception: a LocalTensor whose per-rank values differ (the write would
+        keep only one rank's data).
+    """
+    from torch.utils import _pytree
+
+    flat, spec = _pytree.tree_flatten((args, kwargs))
+    if not any(isinstance(a, local_tensor) for a in flat):
+        return args, kwargs
+    once = []
+    for a in flat:
+        if isinstance(a, local_tensor):
+            value = _same_on_every_rank(a)
+            if value is None:
+                raise refusal(func, target, "its per-rank values differ")
+            a = value
+        once.append(a)
+    return _pytree.tree_unflatten(once, spec)  # type: ignore[no-any-return]
 
 
 #: Per op overload: the (position, name) of each argument its schema writes into.
