@@ -267,30 +267,7 @@ def _parse_einsum(subscripts: str, ranks: Sequence[int]) -> tuple[tuple[tuple[st
             f"einsum subscripts {subscripts!r} name {len(inputs)} operand(s) for {len(ranks)} layout(s).",
             value=subscripts,
         )
-    allowed = set(string.ascii_letters)
-
-    def split(term: str, rank: int | None) -> tuple[list[str], int]:
-        head, dots, tail = term.partition("...")
-        if "." in head + tail or any(c not in allowed for c in head + tail):
-            raise LayoutError(f"einsum subscripts {subscripts!r}: bad term {term!r} (letters and '...').", value=term)
-        if not dots:
-            if rank is not None and len(term) != rank:
-                raise LayoutError(
-                    f"einsum subscripts {subscripts!r}: term {term!r} has {len(term)} label(s) for a rank-{rank} layout.",
-                    value=subscripts,
-                )
-            return list(term), 0
-        if rank is None:  # the output: one marker where the ellipsis axes go
-            return [*head, "...", *tail], 0
-        width = rank - len(head) - len(tail)
-        if width < 0:
-            raise LayoutError(
-                f"einsum subscripts {subscripts!r}: term {term!r} has more labels than the rank-{rank} layout.",
-                value=subscripts,
-            )
-        return [*head, *(["..."] * width), *tail], width
-
-    parsed = [split(term, rank) for term, rank in zip(inputs, ranks, strict=True)]
+    parsed = [_split_einsum_term(subscripts, term, rank) for term, rank in zip(inputs, ranks, strict=True)]
     ellipsis = max((width for _, width in parsed), default=0)
     dots = tuple(f"...{i}" for i in range(ellipsis))
 
@@ -301,31 +278,84 @@ def _parse_einsum(subscripts: str, ranks: Sequence[int]) -> tuple[tuple[tuple[st
 
     operands = tuple(expand(labels, width) for labels, width in parsed)
     if arrow:
-        out_terms, _ = split(output_text, None)
-        if "..." in output_text and not any("..." in term for term in inputs):
-            raise LayoutError(f"einsum subscripts {subscripts!r}: '...' in the output only.", value=subscripts)
-        output = tuple(label for term in out_terms for label in ((*dots,) if term == "..." else (term,)))
-        if "..." not in output_text and ellipsis:
+        inputs_dotted = any("..." in term for term in inputs)
+        return operands, _explicit_einsum_output(subscripts, output_text, inputs_dotted, operands, dots)
+    return operands, _implicit_einsum_output(operands, dots)
+
+
+def _split_einsum_term(subscripts: str, term: str, rank: int | None) -> tuple[list[str], int]:
+    """One einsum term's labels, each ellipsis axis as ``"..."``, and how many axes the ellipsis covers.
+
+    ``rank`` is the operand's rank, or None for the output term (whose ellipsis stays one marker).
+
+    Raises:
+        LayoutError: a character other than a letter or ``...``, or a label count that does not
+            fit ``rank``.
+    """
+    head, dots, tail = term.partition("...")
+    if "." in head + tail or any(c not in _EINSUM_LETTERS for c in head + tail):
+        raise LayoutError(f"einsum subscripts {subscripts!r}: bad term {term!r} (letters and '...').", value=term)
+    if not dots:
+        if rank is not None and len(term) != rank:
             raise LayoutError(
-                f"einsum subscripts {subscripts!r}: an explicit output must keep '...'.", value=subscripts
+                f"einsum subscripts {subscripts!r}: term {term!r} has {len(term)} label(s) for a rank-{rank} layout.",
+                value=subscripts,
             )
-        seen = [label for operand in operands for label in operand]
-        for label in output:
-            if label not in seen:
-                raise LayoutError(
-                    f"einsum subscripts {subscripts!r}: output label {label!r} is in no operand.", value=subscripts
-                )
-        if len(set(output)) != len(output):
-            raise LayoutError(f"einsum subscripts {subscripts!r}: an output label repeats.", value=subscripts)
-    else:
-        # NumPy's implicit output: the ellipsis axes, then the labels used once, alphabetically.
-        counts: dict[str, int] = {}
-        for operand in operands:
-            for label in operand:
-                counts[label] = counts.get(label, 0) + 1
-        once = sorted(label for label, n in counts.items() if n == 1 and not label.startswith("..."))
-        output = (*dots, *once)
-    return operands, output
+        return list(term), 0
+    if rank is None:  # the output: one marker where the ellipsis axes go
+        return [*head, "...", *tail], 0
+    width = rank - len(head) - len(tail)
+    if width < 0:
+        raise LayoutError(
+            f"einsum subscripts {subscripts!r}: term {term!r} has more labels than the rank-{rank} layout.",
+            value=subscripts,
+        )
+    return [*head, *(["..."] * width), *tail], width
+
+
+_EINSUM_LETTERS = frozenset(string.ascii_letters)
+
+
+def _explicit_einsum_output(
+    subscripts: str,
+    output_text: str,
+    inputs_dotted: bool,
+    operands: tuple[tuple[str, ...], ...],
+    dots: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The output labels written after ``->`` (``output_text``), ``...`` expanded to ``dots``.
+
+    ``inputs_dotted``: whether any input term has an ellipsis.
+
+    Raises:
+        LayoutError: a bad output term, an ellipsis in the output only, an output that drops the
+            operands' ellipsis, names a label no operand has, or repeats a label.
+    """
+    out_terms, _ = _split_einsum_term(subscripts, output_text, None)
+    if "..." in output_text and not inputs_dotted:
+        raise LayoutError(f"einsum subscripts {subscripts!r}: '...' in the output only.", value=subscripts)
+    output = tuple(label for term in out_terms for label in ((*dots,) if term == "..." else (term,)))
+    if "..." not in output_text and dots:
+        raise LayoutError(f"einsum subscripts {subscripts!r}: an explicit output must keep '...'.", value=subscripts)
+    seen = [label for operand in operands for label in operand]
+    for label in output:
+        if label not in seen:
+            raise LayoutError(
+                f"einsum subscripts {subscripts!r}: output label {label!r} is in no operand.", value=subscripts
+            )
+    if len(set(output)) != len(output):
+        raise LayoutError(f"einsum subscripts {subscripts!r}: an output label repeats.", value=subscripts)
+    return output
+
+
+def _implicit_einsum_output(operands: tuple[tuple[str, ...], ...], dots: tuple[str, ...]) -> tuple[str, ...]:
+    """NumPy's implicit output: the ellipsis axes, then the labels used once, alphabetically."""
+    counts: dict[str, int] = {}
+    for operand in operands:
+        for label in operand:
+            counts[label] = counts.get(label, 0) + 1
+    once = sorted(label for label, n in counts.items() if n == 1 and not label.startswith("..."))
+    return (*dots, *once)
 
 
 @functools.lru_cache(maxsize=_CACHE)
