@@ -378,15 +378,8 @@ class Mesh:
                 "A mesh string looks like 'name|x=3,y=2|0,1,...|0,1,...|/job:...'; single-device meshes "
                 "have no axes and are not layoutcore meshes."
             )
-        name, dims_text = parts[0], parts[1]
-        shape: list[int] = []
-        names: list[str] = []
-        for dim in dims_text.split(",") if dims_text else []:
-            axis, eq, size_text = dim.partition("=")
-            if not eq or not _DIM_SIZE.fullmatch(size_text.strip()):
-                raise LayoutError(f"Bad mesh dimension {short_repr(dim)} (expected 'name=size', size in ASCII digits)")
-            names.append(axis)
-            shape.append(int(size_text))
+        name = parts[0]
+        shape, names = _parse_dims(parts[1])
         if len(parts) == 3 and parts[2].startswith("*"):
             return cls(shape, names, name=name)  # TF's device generator: abstract, nothing allocated
         if len(parts) not in (5, 6):
@@ -399,36 +392,13 @@ class Mesh:
         # TF writes ids 0..n-1 in order; recognising that text skips parsing a million ints.
         in_order = _ids_text(size) if parts[2].count(",") + 1 == size else None
         if parts[2] != in_order:
-            global_ids = _ids(parts[2], "global", size)
-            if len(global_ids) != size or set(global_ids) != set(range(size)):
-                raise LayoutError(
-                    f"Global device ids must be 0..{size - 1} once each. Received: {short_repr(parts[2])}"
-                )
+            _check_global_ids(parts[2], size)
         local_devices = parts[4].split(",") if parts[4] else []
-        local_ids: Sequence[int] = range(size) if parts[3] == in_order else _ids(parts[3], "local", size)
-        if len(local_ids) != len(local_devices):
-            raise LayoutError(f"{len(local_ids)} local device ids but {len(local_devices)} local devices")
-        if not isinstance(local_ids, range) and (
-            any(i >= size for i in local_ids) or len(set(local_ids)) != len(local_ids)
-        ):
-            raise LayoutError(
-                f"Local device ids must be distinct ids in 0..{size - 1}. Received: {short_repr(parts[3])}"
-            )
+        local_ids = _local_ids(parts[3], in_order, size, len(local_devices))
         # The local devices must be a valid set of devices even when they do not make a whole mesh.
         local = _checked_devices(local_devices, len(local_devices)) if local_devices else ()
         if len(parts) == 6 and parts[5]:
-            if parts[5].count(",") + 1 != size:
-                raise LayoutError(f"{parts[5].count(',') + 1} global devices for a mesh of {size}")
-            mesh = probe.with_devices(parts[5].split(","))
-            assert mesh.devices is not None
-            if not (isinstance(local_ids, range) and local == mesh.devices):
-                for i, device in zip(local_ids, local, strict=True):
-                    if mesh.devices[i] != device:
-                        raise LayoutError(
-                            f"Local device {device!r} has id {i}, but the global device with id {i} is "
-                            f"{mesh.devices[i]!r}"
-                        )
-            return mesh
+            return _with_global_devices(probe, parts[5], local_ids, local)
         if len(local_ids) != size:
             return probe  # only some devices known here: bind on use
         if not isinstance(local_ids, range):  # TF places the device with global id g at mesh position g
@@ -465,6 +435,67 @@ def _ids(field: str, what: str, size: int) -> list[int]:
     if not _ID_LIST.fullmatch(field):
         raise LayoutError(f"Bad {what} device id list {short_repr(field)} (comma-separated ASCII digits)")
     return [int(i) for i in field.split(",")]
+
+
+def _parse_dims(dims_text: str) -> tuple[list[int], list[str]]:
+    """A mesh string's ``"x=3,y=2"`` field as (shape, axis names).
+
+    Raises:
+        LayoutError: a dimension that is not ``name=size`` with the size in ASCII digits.
+    """
+    shape: list[int] = []
+    names: list[str] = []
+    for dim in dims_text.split(",") if dims_text else []:
+        axis, eq, size_text = dim.partition("=")
+        if not eq or not _DIM_SIZE.fullmatch(size_text.strip()):
+            raise LayoutError(f"Bad mesh dimension {short_repr(dim)} (expected 'name=size', size in ASCII digits)")
+        names.append(axis)
+        shape.append(int(size_text))
+    return shape, names
+
+
+def _check_global_ids(field: str, size: int) -> None:
+    """Refuse a global id field that is not ``0..size-1`` once each (in any order)."""
+    global_ids = _ids(field, "global", size)
+    if len(global_ids) != size or set(global_ids) != set(range(size)):
+        raise LayoutError(f"Global device ids must be 0..{size - 1} once each. Received: {short_repr(field)}")
+
+
+def _local_ids(field: str, in_order: str | None, size: int, n_devices: int) -> Sequence[int]:
+    """The local id field: ``range(size)`` when it is TF's in-order text ``in_order``, else the parsed ids.
+
+    Raises:
+        LayoutError: not ``n_devices`` ids, or ids that repeat or lie outside ``0..size-1``.
+    """
+    local_ids: Sequence[int] = range(size) if field == in_order else _ids(field, "local", size)
+    if len(local_ids) != n_devices:
+        raise LayoutError(f"{len(local_ids)} local device ids but {n_devices} local devices")
+    if not isinstance(local_ids, range) and (
+        any(i >= size for i in local_ids) or len(set(local_ids)) != len(local_ids)
+    ):
+        raise LayoutError(f"Local device ids must be distinct ids in 0..{size - 1}. Received: {short_repr(field)}")
+    return local_ids
+
+
+def _with_global_devices(probe: Mesh, field: str, local_ids: Sequence[int], local: tuple[str, ...]) -> Mesh:
+    """``probe`` bound to the global device field ``field``, checked against the local ids and devices.
+
+    Raises:
+        LayoutError: a device count other than the mesh size, or a local device whose id names
+            another global device.
+    """
+    size = probe.size
+    if field.count(",") + 1 != size:
+        raise LayoutError(f"{field.count(',') + 1} global devices for a mesh of {size}")
+    mesh = probe.with_devices(field.split(","))
+    assert mesh.devices is not None
+    if not (isinstance(local_ids, range) and local == mesh.devices):
+        for i, device in zip(local_ids, local, strict=True):
+            if mesh.devices[i] != device:
+                raise LayoutError(
+                    f"Local device {device!r} has id {i}, but the global device with id {i} is {mesh.devices[i]!r}"
+                )
+    return mesh
 
 
 def _restore_mesh(
