@@ -488,34 +488,14 @@ class JaxDriver(Driver):
         except TypeError:  # an unhashable static argument: compile for this call only
             key, entry = None, None
         if entry is None:
-
-            def call(*arrays: Any) -> Any:
-                values = iter(arrays)
-                constants = iter(static)
-                rebuilt = [next(values) if t else next(constants) for t in traced]
-                call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
-                result = fn(*call_args, **call_kwargs)
-                if isinstance(result, np.ndarray | np.generic) and not jax.config.jax_enable_x64:
-                    # JAX would narrow a 64-bit NumPy result silently: exactly, or refused
-                    return self._held_argument(np.asarray(result), None, f"{fn!r}'s result")
-                return result
-
-            entry = [None, call, None]  # jit is made only once the result's shape is checked
+            # [jitted, plain, out]: jit is made only once the result's shape is checked
+            entry = [None, self._rebuilding_call(fn, treedef, traced, static), None]
             if key is not None:
                 self._compiled.put(key, entry)
-        jitted, plain, out = entry
+        out = entry[2]
         if out is None:
-            closed, out = jax.make_jaxpr(plain, return_shape=True)(*dynamic)
-            if not isinstance(out, jax.ShapeDtypeStruct):
-                raise LayoutError(
-                    f"call_with_layout needs a function that returns one array; {fn!r} returned {out!r}.", value=out
-                )
-            # Refuse uneven or wrong-rank results with layoutcore's own errors before jit sees them.
-            self.check_layout(layout, tuple(int(s) for s in out.shape))
-            held = [
-                c for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True) if v is closed.jaxpr.outvars[0]
-            ]
-            if held and not any(self.is_traced(a) for a in dynamic):
+            out, held = self._checked_result_shape(fn, entry[1], layout, dynamic)
+            if held:
                 # fn returns a value it already holds (a constant of the trace), not one it computes: placed
                 # as it is, since XLA would turn a bfloat16 constant's NaN payloads into the one quiet NaN.
                 # Not cached: the constant is this call's.
@@ -524,9 +504,68 @@ class JaxDriver(Driver):
                 return _array(jax.device_put(np.asarray(held[0]), self._sharding(layout, devices)))
             if not dynamic:  # the result's shape depends on the static arguments only: checked for good
                 entry[2] = out
+        return self._run_compiled(entry, out, layout, devices, dynamic)
+
+    def _rebuilding_call(
+        self, fn: Callable[..., Any], treedef: Any, traced: tuple[bool, ...], static: tuple[Any, ...]
+    ) -> Callable[..., Any]:
+        """``fn`` as a function of the traced leaves only: the static leaves are put back in place.
+
+        A 64-bit NumPy result with ``jax_enable_x64`` off is narrowed exactly, or refused.
+        """
+        jax = self._jax
+
+        def call(*arrays: Any) -> Any:
+            values = iter(arrays)
+            constants = iter(static)
+            rebuilt = [next(values) if t else next(constants) for t in traced]
+            call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
+            result = fn(*call_args, **call_kwargs)
+            if isinstance(result, np.ndarray | np.generic) and not jax.config.jax_enable_x64:
+                # JAX would narrow a 64-bit NumPy result silently: exactly, or refused
+                return self._held_argument(np.asarray(result), None, f"{fn!r}'s result")
+            return result
+
+        return call
+
+    def _checked_result_shape(
+        self, fn: Callable[..., Any], plain: Callable[..., Any], layout: Layout, dynamic: list[Any]
+    ) -> tuple[Any, list[Any]]:
+        """Trace ``plain`` on ``dynamic``: its result's ``ShapeDtypeStruct``, checked against ``layout``.
+
+        The second item holds the result when it is a constant of the trace (and no argument is
+        traced by an outer jit), else it is empty.
+
+        Raises:
+            LayoutError: ``fn`` does not return one array, or the layout's rank differs from it.
+            UnsupportedLayoutError: the result's shape does not divide evenly by the layout.
+        """
+        jax = self._jax
+        closed, out = jax.make_jaxpr(plain, return_shape=True)(*dynamic)
+        if not isinstance(out, jax.ShapeDtypeStruct):
+            raise LayoutError(
+                f"call_with_layout needs a function that returns one array; {fn!r} returned {out!r}.", value=out
+            )
+        # Refuse uneven or wrong-rank results with layoutcore's own errors before jit sees them.
+        self.check_layout(layout, tuple(int(s) for s in out.shape))
+        held = [c for v, c in zip(closed.jaxpr.constvars, closed.consts, strict=True) if v is closed.jaxpr.outvars[0]]
+        if held and not any(self.is_traced(a) for a in dynamic):
+            return out, held
+        return out, []
+
+    def _run_compiled(
+        self, entry: list[Any], out: Any, layout: Layout, devices: tuple[str, ...], dynamic: list[Any]
+    ) -> jax.Array:
+        """Run the cache ``entry``'s function jitted with ``out_shardings`` for ``layout`` (jitted once).
+
+        Raises:
+            LayoutError: jit returned another sharding than asked for.
+        """
+        jax = self._jax
         sharding = self._sharding(layout, devices)
+        jitted = entry[0]
         if jitted is None:
-            jitted = entry[0] = jax.jit(plain, out_shardings=sharding)
+            jitted = entry[0] = jax.jit(entry[1], out_shardings=sharding)
         if math.prod(out.shape) == 0 and not any(self.is_traced(a) for a in dynamic):
             # jit gives every device the full (empty) shape here (jax 0.10.2); an empty value costs nothing to place.
             return _array(jax.device_put(np.empty(out.shape, out.dtype), sharding))
