@@ -304,6 +304,48 @@ def from_keras_layout_map(keras_layout_map: Any) -> LayoutMap:
     return result
 
 
+def _model_parallel_arguments(keras: Any, layout_map: Any, batch_dim_name: str | None) -> tuple[Mesh, str]:
+    """``ModelParallel``'s checked arguments: the map's mesh and the batch axis (default: the mesh's first).
+
+    Raises:
+        LayoutError: not a LayoutMap, no mesh, or a batch axis not in the mesh.
+        UnsupportedLayoutError: the keras backend is not JAX.
+    """
+    if not isinstance(layout_map, LayoutMap):
+        raise LayoutError(f"ModelParallel expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map)
+    if layout_map.mesh is None:
+        raise LayoutError("ModelParallel needs a LayoutMap with a mesh: LayoutMap(mesh).", value=layout_map)
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise UnsupportedLayoutError(
+            f"layoutcore.keras.ModelParallel lays out variables on keras' JAX backend; keras runs on "
+            f"{backend!r} (its TensorFlow distribution is a prototype, torch has none). "
+            "Set KERAS_BACKEND=jax before importing keras.",
+            driver="keras",
+            feature=Limitation.BACKEND,
+            value=backend,
+        )
+    mesh = layout_map.mesh
+    if batch_dim_name is None:
+        return mesh, mesh.axis_names[0]
+    if batch_dim_name not in mesh.axis_names:
+        raise LayoutError(
+            f"batch_dim_name must be an axis of {mesh}. Received: {batch_dim_name!r}", value=batch_dim_name
+        )
+    return mesh, batch_dim_name
+
+
+def _check_batch_axis_divides(mesh: Mesh, batch_dim_name: str, num_processes: int) -> None:
+    """Refuse a multi-process run whose process count the batch axis's size does not divide (keras' rule)."""
+    replicas = mesh.axis_size(batch_dim_name)
+    if num_processes > replicas and num_processes % replicas:
+        raise LayoutError(
+            f"With {num_processes} processes, the batch axis {batch_dim_name!r} (size {replicas}) must "
+            "divide the process count (keras' rule for sharding the dataset).",
+            value=batch_dim_name,
+        )
+
+
 def _model_parallel_class() -> type:
     keras = _keras()
 
@@ -334,41 +376,14 @@ def _model_parallel_class() -> type:
         def __init__(
             self, layout_map: LayoutMap, *, batch_dim_name: str | None = None, auto_shard_dataset: bool = True
         ) -> None:
-            if not isinstance(layout_map, LayoutMap):
-                raise LayoutError(
-                    f"ModelParallel expects a layoutcore LayoutMap. Received: {layout_map!r}", value=layout_map
-                )
-            if layout_map.mesh is None:
-                raise LayoutError("ModelParallel needs a LayoutMap with a mesh: LayoutMap(mesh).", value=layout_map)
-            backend = keras.backend.backend()
-            if backend != "jax":
-                raise UnsupportedLayoutError(
-                    f"layoutcore.keras.ModelParallel lays out variables on keras' JAX backend; keras runs on "
-                    f"{backend!r} (its TensorFlow distribution is a prototype, torch has none). "
-                    "Set KERAS_BACKEND=jax before importing keras.",
-                    driver="keras",
-                    feature=Limitation.BACKEND,
-                    value=backend,
-                )
-            mesh = layout_map.mesh
-            if batch_dim_name is None:
-                batch_dim_name = mesh.axis_names[0]
-            elif batch_dim_name not in mesh.axis_names:
-                raise LayoutError(
-                    f"batch_dim_name must be an axis of {mesh}. Received: {batch_dim_name!r}", value=batch_dim_name
-                )
+            mesh, batch_dim_name = _model_parallel_arguments(keras, layout_map, batch_dim_name)
             self._driver = _backend_driver("ModelParallel")
             _bind(mesh, self._driver)
             super(base, self).__init__(to_keras_mesh(mesh), batch_dim_name, auto_shard_dataset)
             self._layoutcore_map = layout_map
             self._layout_map = None  # keras' own map: unused, every lookup below goes to layoutcore's
-            replicas = mesh.axis_size(batch_dim_name)
-            if self._is_multi_process and self.num_processes > replicas and self.num_processes % replicas:
-                raise LayoutError(
-                    f"With {self.num_processes} processes, the batch axis {batch_dim_name!r} (size {replicas}) must "
-                    "divide the process count (keras' rule for sharding the dataset).",
-                    value=batch_dim_name,
-                )
+            if self._is_multi_process:
+                _check_batch_axis_divides(mesh, batch_dim_name, self.num_processes)
 
         @property
         def layout_map(self) -> LayoutMap:
