@@ -11,7 +11,8 @@ from ._errors import LayoutError, LayoutMismatchError, UnsupportedLayoutError
 from ._layout import Layout
 from ._layout_map import current_layout_map
 from ._mesh import Mesh
-from .driver._frontend import Driver, HoldsValue, dtype_name, known_dtype_name
+from .driver._dtype_names import dtype_name, known_dtype_name
+from .driver._frontend import Driver, HoldsValue
 from .driver._registry import driver_for
 
 __all__ = ["DVariable", "Variable"]

@@ -38,34 +38,20 @@ import numpy as np
 from .._capabilities import Capability
 from .._checks import short_repr
 from .._config import CPU_DEVICES_ENV
-from .._dtypes import as_bits
-from .._dtypes import dtype_name as _canonical_dtype_name
 from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
+from ._dtype_names import dtype_name, known_dtype_name
+from ._holds_value import HoldsValue
 from ._hooks import DriverHooks, dtype_refusal
+from ._pack import checked_pack
 
-__all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue"]
+__all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue", "dtype_name", "known_dtype_name"]
 
 #: How many mesh bindings a driver keeps (each a few hundred bytes); the oldest is dropped first.
 MESH_TABLE_SIZE: Final = 1024
-
-
-class HoldsValue:
-    """Base of objects that stand for their current distributed :attr:`value` (``layoutcore.Variable``).
-
-    Every front-end method that takes a tensor takes such an object too, and uses its ``value``;
-    the front-end needs no import of the class that defines it.
-    """
-
-    __slots__ = ()
-
-    @property
-    def value(self) -> Any:
-        """The current native distributed tensor."""
-        raise NotImplementedError
 
 
 class Driver(DriverHooks):
@@ -381,64 +367,8 @@ class Driver(DriverHooks):
             LayoutError: a wrong component count, a component whose rank or shape does not fit
                 the layout, mixed dtypes, or replicas holding different data (naming the devices).
         """
-        if not isinstance(layout, Layout) or layout.mesh is None:
-            self.check_layout(layout, ())
-        if (
-            components is None
-            or isinstance(components, dict | set | str | bytes)
-            or not hasattr(components, "__len__")
-            or getattr(components, "ndim", None) == 0  # a 0-d array has __len__ but cannot be iterated
-        ):
-            raise LayoutError(
-                f"pack needs a sequence of per-device components. Received: {_short(components)} "
-                f"({type(components).__name__})",
-                value=components,
-            )
-        given_shape = None if global_shape is None else _shape_argument(global_shape)
-        mesh = layout.require_mesh()
-        devices = self.bind_mesh(mesh)
-        positions = list(self.local_positions(mesh, devices))
-        # Nested lists and scalars become NumPy arrays; arrays and framework tensors pass unchanged.
-        components = [
-            c if hasattr(c, "shape") and hasattr(c, "dtype") else self._global_value(c, "pack") for c in components
-        ]
-        if len(components) != len(positions):
-            raise LayoutError(
-                f"pack needs {len(positions)} components for {layout} (one per local device). "
-                f"Received {len(components)}.",
-                value=components,
-            )
-        shapes = [self.shape_of(c) for c in components]
-        for device_pos, shape in zip(positions, shapes, strict=True):
-            if len(shape) != layout.rank:
-                raise LayoutError(
-                    f"Component for device {devices[device_pos]} has rank {len(shape)} (shape {shape}), "
-                    f"but {layout} has rank {layout.rank}.",
-                    value=shape,
-                )
-        # Framework and NumPy components mix: compare dtypes by NumPy's name for them.
-        dtypes = {dtype_name(getattr(c, "dtype", None)) for c in components}
-        if len(dtypes) > 1:
-            raise LayoutError(
-                f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
-            )
-        components = [self._held_dtype(c, f"component {i}") for i, c in enumerate(components)]
-        shape = _infer_global_shape(layout, positions, shapes) if given_shape is None else given_shape
-        layout.check_shape(shape)
-        # Each component against the chunk rule first: a component of the wrong shape is the
-        # user's error to name, before any capability question about the (wrong) global shape.
-        expected = layout.local_shapes(shape)
-        for index, (device_pos, got) in enumerate(zip(positions, shapes, strict=True)):
-            if got != expected[device_pos]:
-                raise LayoutError(
-                    f"Component {index} (device {devices[device_pos]}) has shape {got}; {layout} with global shape "
-                    f"{shape} gives it shape {expected[device_pos]}.",
-                    value=got,
-                )
-        layout = self.check_layout(layout, shape)
-        if not (self._lc_traces and any(self.is_traced(c) for c in components)):
-            self._check_replicas(components, layout, positions, devices)
-        return self._record(self.native_pack(components, layout, devices, shape), layout)
+        components, bound, devices, shape = checked_pack(self, components, layout, global_shape)
+        return self._record(self.native_pack(components, bound, devices, shape), bound)
 
     @final
     def relayout(self, tensor: Any, layout: Layout) -> Any:
@@ -607,30 +537,6 @@ class Driver(DriverHooks):
     # Internals
     # ==========================================================================================
     @final
-    def _check_replicas(
-        self, components: list[Any], layout: Layout, positions: list[int], devices: tuple[str, ...]
-    ) -> None:
-        blocks = layout.offset_to_shard()
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for index, device_pos in enumerate(positions):
-            groups.setdefault(blocks[device_pos], []).append(index)
-        for block, members in groups.items():
-            if len(members) < 2:
-                continue
-            first = self.component_to_numpy(components[members[0]])
-            differing = [
-                devices[positions[i]]
-                for i in members[1:]
-                if not _same_data(first, self.component_to_numpy(components[i]))
-            ]
-            if differing:
-                raise LayoutError(
-                    f"Replicas of block {block} under {layout} hold different data: device(s) {differing} differ "
-                    f"from device {devices[positions[members[0]]]}. Replicated components must be equal.",
-                    value=differing,
-                )
-
-    @final
     def _check_dtype(self, value: Any) -> None:
         """Refuse a value of one of the 18 dtypes outside :meth:`supported_dtypes` (others pass on).
 
@@ -677,89 +583,5 @@ def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
 
 
-_KNOWN_DTYPES: LRUCache[Any, str | None] = LRUCache(1024)  # dtype objects are few: bounded anyway
-
-
-def known_dtype_name(dtype: Any) -> str | None:
-    """The canonical name of ``dtype`` (a NumPy, ml_dtypes or framework dtype object) if it is one of
-    the 18 (``layoutcore.driver.ALL_DTYPES``), else None. Cached per dtype object: every data
-    function asks."""
-    try:
-        return _KNOWN_DTYPES[dtype]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable: not a dtype object
-        return None
-    try:
-        name: str | None = _canonical_dtype_name(dtype)
-    except LayoutError:
-        name = None
-    _KNOWN_DTYPES.put(dtype, name)
-    return name
-
-
-def dtype_name(dtype: Any) -> str:
-    """The canonical name of a NumPy, ml_dtypes or framework dtype object (``tf.float32``,
-    ``torch.bfloat16``, ``jnp.bfloat16`` -> ``"float32"``, ``"bfloat16"``, ``"bfloat16"``); for
-    dtypes outside the 18, NumPy's name, else ``str(dtype)``."""
-    known = known_dtype_name(dtype)
-    if known is not None:
-        return known
-    dtype = getattr(dtype, "as_numpy_dtype", dtype)  # TF DType
-    try:
-        return str(np.dtype(dtype).name)
-    except TypeError:
-        text = str(dtype)
-        return text.removeprefix("torch.")
-
-
-def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    """Replica equality: equal shapes, and the same bits for the 18 dtypes (so a NaN equals the same
-    NaN, and -0.0 differs from 0.0, in every float kind, ml_dtypes' bfloat16 and float8 included);
-    equal values, a NaN equal to a NaN, for other dtypes."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if known_dtype_name(a.dtype) is not None:
-        return bool(np.array_equal(as_bits(a), as_bits(b)))
-    try:
-        return bool(np.array_equal(a, b, equal_nan=True))
-    except TypeError:  # no NaN in this dtype (integers, bools, strings, structured): plain equality
-        return bool(np.array_equal(a, b))
-
-
-def _shape_argument(global_shape: Any) -> tuple[int, ...]:
-    """``global_shape=`` as a tuple of ints.
-
-    Raises:
-        LayoutError: not a sequence of non-negative integers (naming it).
-    """
-    try:
-        shape = tuple(global_shape)
-        if all(isinstance(s, int | np.integer) and not isinstance(s, bool) and s >= 0 for s in shape):
-            return tuple(int(s) for s in shape)
-    except Exception:  # not iterable, or an iteration that fails: a bad value either way
-        pass
-    raise LayoutError(
-        f"global_shape must be a sequence of non-negative ints. Received: {_short(global_shape)}", value=global_shape
-    )
-
-
 def _short(value: Any, limit: int = 80) -> str:
     return short_repr(value, limit)  # never raises, even for a value whose __repr__ does
-
-
-def _infer_global_shape(layout: Layout, positions: list[int], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """Global shape from local component shapes: the sum of the distinct blocks per axis.
-
-    Where some blocks are not local (multi-process), the axis is assumed even; ``pack``
-    then validates every shape against the chunk rule.
-    """
-    blocks = layout.offset_to_shard()
-    result = []
-    for dim in range(layout.rank):
-        sizes: dict[int, int] = {}
-        for device_pos, shape in zip(positions, shapes, strict=True):
-            sizes.setdefault(blocks[device_pos][dim], shape[dim])
-        n = layout.num_shards(dim)
-        result.append(sum(sizes.values()) if len(sizes) == n else max(sizes.values(), default=0) * n)
-    return tuple(result)
