@@ -21,6 +21,42 @@ UNSHARDED = "unsharded"
 AxisSpec: TypeAlias = str | tuple[str, ...] | None
 
 
+def _sharding_dims(canonical: tuple[AxisSpec, ...], raw: tuple[Any, ...], axes: Any) -> dict[str, int]:
+    """Mesh axis name -> the tensor axis it shards, for the canonical entries of a layout.
+
+    Raises:
+        LayoutError: a mesh axis shards two tensor axes (naming both and the given ``axes``).
+    """
+    seen: dict[str, int] = {}
+    for dim, entry in enumerate(canonical):
+        for name in _names(entry):
+            if name in seen:
+                raise LayoutError(
+                    f"Mesh axis {name!r} shards both tensor axis {seen[name]} and tensor axis {dim}; "
+                    f"a mesh axis can shard at most one tensor axis. Received: {short_repr(raw)}",
+                    value=axes,
+                )
+            seen[name] = dim
+    return seen
+
+
+def _check_layout_mesh(mesh: Any, names: Iterable[str], raw: tuple[Any, ...], axes: Any) -> None:
+    """Refuse a layout mesh that is not a ``Mesh``, or lacks one of the mesh axis ``names`` used.
+
+    Raises:
+        LayoutError: naming the mesh, or the unknown axes and the valid ones.
+    """
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"Layout mesh must be a layoutcore Mesh. Received: {short_repr(mesh)}", value=mesh)
+    unknown = [n for n in names if n not in mesh]
+    if unknown:
+        raise LayoutError(
+            f"Layout names mesh axes {short_repr(unknown)} that are not in the mesh. Valid axis names: "
+            f"{short_repr(list(mesh.axis_names))}. Received: {short_repr(raw)}",
+            value=axes,
+        )
+
+
 def _canonical_entry(entry: Any, axes: Any) -> AxisSpec:
     # Type checks come before any ==: an array entry would answer == with an array, not a bool.
     if entry is None:
@@ -98,26 +134,9 @@ class Layout:
         except Exception as exc:  # an iterable whose iteration fails is a bad value
             raise LayoutError(f"Cannot read layout axes from {short_repr(axes)}: {exc!r}", value=axes) from exc
         canonical = tuple(_canonical_entry(entry, raw) for entry in raw)
-        seen: dict[str, int] = {}
-        for dim, entry in enumerate(canonical):
-            for name in _names(entry):
-                if name in seen:
-                    raise LayoutError(
-                        f"Mesh axis {name!r} shards both tensor axis {seen[name]} and tensor axis {dim}; "
-                        f"a mesh axis can shard at most one tensor axis. Received: {short_repr(raw)}",
-                        value=axes,
-                    )
-                seen[name] = dim
+        seen = _sharding_dims(canonical, raw, axes)
         if mesh is not None:
-            if not isinstance(mesh, Mesh):
-                raise LayoutError(f"Layout mesh must be a layoutcore Mesh. Received: {short_repr(mesh)}", value=mesh)
-            unknown = [n for n in seen if n not in mesh]
-            if unknown:
-                raise LayoutError(
-                    f"Layout names mesh axes {short_repr(unknown)} that are not in the mesh. Valid axis names: "
-                    f"{short_repr(list(mesh.axis_names))}. Received: {short_repr(raw)}",
-                    value=axes,
-                )
+            _check_layout_mesh(mesh, seen, raw, axes)
         object.__setattr__(self, "axes", canonical)
         object.__setattr__(self, "mesh", mesh)
 

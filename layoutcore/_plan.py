@@ -305,6 +305,31 @@ def _device_bytes(
     return result
 
 
+def _pattern_layout(layout_map: LayoutMap, pattern: str, path: str, shape: tuple[int, ...], mesh: Mesh) -> Layout:
+    """The layout ``pattern`` gives the variable at ``path`` (of ``shape``), on the map's ``mesh``.
+
+    Raises:
+        LayoutError: the layout's rank differs from the variable's, or the pattern has its own
+            mesh of another size.
+    """
+    layout = layout_map[pattern]
+    assert layout is not None
+    if layout.rank != len(shape):
+        raise LayoutError(
+            f"LayoutMap pattern {pattern!r} gives variable {path!r} (shape {shape}) the rank-{layout.rank} "
+            f"layout {layout.axes}, but the variable has rank {len(shape)}.",
+            value=layout,
+        )
+    if layout.mesh is None:
+        return layout.with_mesh(mesh)
+    if layout.mesh.size != mesh.size:
+        raise LayoutError(
+            f"Pattern {pattern!r} has its own mesh {layout.mesh}; plan counts bytes on the map's mesh {mesh}.",
+            value=layout,
+        )
+    return layout
+
+
 def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan:
     """Apply ``layout_map`` to ``variables`` without data: who takes which pattern, and the bytes per device.
 
@@ -349,21 +374,7 @@ def plan(layout_map: LayoutMap, variables: Any, *, separator: str = "/") -> Plan
                 layout = replicated[len(shape)] = Layout.replicated(mesh, len(shape))
         else:
             used.add(pattern)
-            layout = layout_map[pattern]
-            assert layout is not None
-            if layout.rank != len(shape):
-                raise LayoutError(
-                    f"LayoutMap pattern {pattern!r} gives variable {path!r} (shape {shape}) the rank-{layout.rank} "
-                    f"layout {layout.axes}, but the variable has rank {len(shape)}.",
-                    value=layout,
-                )
-            if layout.mesh is None:
-                layout = layout.with_mesh(mesh)
-            elif layout.mesh.size != mesh.size:
-                raise LayoutError(
-                    f"Pattern {pattern!r} has its own mesh {layout.mesh}; plan counts bytes on the map's mesh {mesh}.",
-                    value=layout,
-                )
+            layout = _pattern_layout(layout_map, pattern, path, shape, mesh)
         device_bytes = _device_bytes(layout, shape, itemsize, cache)
         counts = shard_counts.get(layout)
         if counts is None:  # num_shards validates its argument: once per layout, not per variable

@@ -87,6 +87,18 @@ def parse_layout(text: str) -> list[lc.AxisSpec]:
     Raises:
         UsageError: an empty entry, unbalanced parentheses, or an empty group.
     """
+    entries = _split_top_level(text)
+    if len(entries) == 1 and not entries[0].strip():
+        return []
+    return [_layout_entry(text, raw) for raw in entries]
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``--layout`` text split at the commas outside parentheses.
+
+    Raises:
+        UsageError: nested or unbalanced parentheses.
+    """
     entries: list[str] = []
     depth, current = 0, ""
     for char in text:
@@ -106,22 +118,25 @@ def parse_layout(text: str) -> list[lc.AxisSpec]:
     if depth:
         raise UsageError(f"--layout {text!r}: '(' without ')'")
     entries.append(current)
-    if len(entries) == 1 and not entries[0].strip():
-        return []
-    axes: list[lc.AxisSpec] = []
-    for raw in entries:
-        entry = raw.strip()
-        if not entry:
-            raise UsageError(f"--layout {text!r}: empty entry; write 'none' for a replicated tensor axis")
-        if entry.lower() in REPLICATED_TOKENS:
-            axes.append(None)
-            continue
-        grouped = entry.startswith("(") and entry.endswith(")")
-        names = [n.strip() for n in (entry[1:-1].split(",") if grouped else entry.split("+"))]
-        if not all(names) or any(n.lower() in REPLICATED_TOKENS for n in names):
-            raise UsageError(f"--layout {text!r}: {entry!r} must list mesh axis names, e.g. x+y or (x,y)")
-        axes.append(names[0] if len(names) == 1 else tuple(names))
-    return axes
+    return entries
+
+
+def _layout_entry(text: str, raw: str) -> lc.AxisSpec:
+    """One ``--layout`` entry (``raw``, of the whole ``text``): None, a mesh axis name, or a tuple of them.
+
+    Raises:
+        UsageError: an empty entry, or a group that is not a list of mesh axis names.
+    """
+    entry = raw.strip()
+    if not entry:
+        raise UsageError(f"--layout {text!r}: empty entry; write 'none' for a replicated tensor axis")
+    if entry.lower() in REPLICATED_TOKENS:
+        return None
+    grouped = entry.startswith("(") and entry.endswith(")")
+    names = [n.strip() for n in (entry[1:-1].split(",") if grouped else entry.split("+"))]
+    if not all(names) or any(n.lower() in REPLICATED_TOKENS for n in names):
+        raise UsageError(f"--layout {text!r}: {entry!r} must list mesh axis names, e.g. x+y or (x,y)")
+    return names[0] if len(names) == 1 else tuple(names)
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

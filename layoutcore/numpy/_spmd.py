@@ -126,6 +126,24 @@ def _fresh(array: Any) -> np.ndarray:
     return out
 
 
+def _refuse_sharded_broadcast(
+    operation: str, sharded: Sequence[Any], labels_per_operand: Sequence[Sequence[str]], sizes: dict[str, int]
+) -> None:
+    """Refuse a sharded size-1 operand axis that broadcasts against a larger one (``sizes``: per label).
+
+    Raises:
+        UnsupportedLayoutError: naming the axis and its operand's layout.
+    """
+    for op, labels in zip(sharded, labels_per_operand, strict=True):
+        for dim, label in enumerate(labels):
+            if op.shape[dim] == 1 and sizes[label] != 1 and op.layout.axes[dim] is not None:
+                raise _unsupported(
+                    operation,
+                    f"a size-1 axis that broadcasts cannot be sharded (axis {dim} of {op.layout}).",
+                    op.layout,
+                )
+
+
 def _execute(
     contraction: propagation.Contraction,
     operands: Sequence[Any],
@@ -149,14 +167,7 @@ def _execute(
     shapes = [op.shape for op in sharded]
     sizes = _label_sizes(operation, contraction.operands, shapes)
     entries = dict(contraction.entries)
-    for op, labels in zip(sharded, contraction.operands, strict=True):
-        for dim, label in enumerate(labels):
-            if op.shape[dim] == 1 and sizes[label] != 1 and op.layout.axes[dim] is not None:
-                raise _unsupported(
-                    operation,
-                    f"a size-1 axis that broadcasts cannot be sharded (axis {dim} of {op.layout}).",
-                    op.layout,
-                )
+    _refuse_sharded_broadcast(operation, sharded, contraction.operands, sizes)
     index_of = {name: i for i, name in enumerate(mesh.axis_names)}
 
     def device_args(position: int) -> list[Any]:
