@@ -335,8 +335,15 @@ def _model_parallel_arguments(keras: Any, layout_map: Any, batch_dim_name: str |
     return mesh, batch_dim_name
 
 
-def _check_batch_axis_divides(mesh: Mesh, batch_dim_name: str, num_processes: int) -> None:
-    """Refuse a multi-process run whose process count the batch axis's size does not divide (keras' rule)."""
+def _check_batch_axis_divides(distribution: Any, mesh: Mesh, batch_dim_name: str) -> None:
+    """Refuse a multi-process keras ``distribution`` whose process count the batch axis's size does not divide.
+
+    Raises:
+        LayoutError: keras' rule for sharding the dataset is broken.
+    """
+    if not distribution._is_multi_process:
+        return
+    num_processes = distribution.num_processes
     replicas = mesh.axis_size(batch_dim_name)
     if num_processes > replicas and num_processes % replicas:
         raise LayoutError(
@@ -382,8 +389,7 @@ def _model_parallel_class() -> type:
             super(base, self).__init__(to_keras_mesh(mesh), batch_dim_name, auto_shard_dataset)
             self._layoutcore_map = layout_map
             self._layout_map = None  # keras' own map: unused, every lookup below goes to layoutcore's
-            if self._is_multi_process:
-                _check_batch_axis_divides(mesh, batch_dim_name, self.num_processes)
+            _check_batch_axis_divides(self, mesh, batch_dim_name)
 
         @property
         def layout_map(self) -> LayoutMap:

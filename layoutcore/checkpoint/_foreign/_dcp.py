@@ -302,18 +302,7 @@ def _locate_chunk(
             )
         # A plain Python value: re-read with only plain data allowed (no tensor rebuilders).
         return -1, _unpickle(pkl, _VALUE_GLOBALS, file), window.bytes_read
-    storage = obj.storage
-    entry = infos.get(f"data/{storage.key}")
-    if entry is None or entry.compress_type != zipfile.ZIP_STORED:
-        raise checkpoint_error(f"{file}: {what} lacks an uncompressed data/{storage.key} record", file=file)
-    item = itemsize(obj.dtype)
-    storage_bytes = storage.numel * (1 if storage.dtype is None else itemsize(storage.dtype))
-    if storage.dtype not in (None, obj.dtype) or entry.file_size != storage_bytes:
-        raise checkpoint_error(
-            f"{file}: {what} has a storage of {entry.file_size} bytes for {storage_bytes}", file=file
-        )
-    if not _is_c_contiguous(obj.size, obj.stride) or (obj.offset + math.prod(obj.size)) * item > storage_bytes:
-        raise checkpoint_error(f"{file}: {what} is not a C-contiguous tensor within its storage", file=file)
+    entry, item = _check_storage(obj, infos.get(f"data/{obj.storage.key}"), file, what)
     # The record's data starts after its local header: 30 fixed bytes, the name and the extra field.
     f.seek(offset + entry.header_offset)
     local = f.read(30)
@@ -324,6 +313,27 @@ def _locate_chunk(
     if data - offset + entry.file_size > length:
         raise checkpoint_error(f"{file}: {what}'s data runs past its region", file=file)
     return data + obj.offset * item, obj, window.bytes_read + 30
+
+
+def _check_storage(obj: _Tensor, entry: zipfile.ZipInfo | None, file: str, what: str) -> tuple[zipfile.ZipInfo, int]:
+    """Check tensor ``obj``'s storage record ``entry`` in its archive; returns it and the tensor's item size in bytes.
+
+    Raises:
+        CheckpointError: no uncompressed record, a storage of another dtype or size, or a tensor
+            that is not C-contiguous within its storage.
+    """
+    storage = obj.storage
+    if entry is None or entry.compress_type != zipfile.ZIP_STORED:
+        raise checkpoint_error(f"{file}: {what} lacks an uncompressed data/{storage.key} record", file=file)
+    item = itemsize(obj.dtype)
+    storage_bytes = storage.numel * (1 if storage.dtype is None else itemsize(storage.dtype))
+    if storage.dtype not in (None, obj.dtype) or entry.file_size != storage_bytes:
+        raise checkpoint_error(
+            f"{file}: {what} has a storage of {entry.file_size} bytes for {storage_bytes}", file=file
+        )
+    if not _is_c_contiguous(obj.size, obj.stride) or (obj.offset + math.prod(obj.size)) * item > storage_bytes:
+        raise checkpoint_error(f"{file}: {what} is not a C-contiguous tensor within its storage", file=file)
+    return entry, item
 
 
 def _key_path(keys: Any, fqn: str) -> tuple[str, ...]:

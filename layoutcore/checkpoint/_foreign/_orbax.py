@@ -230,14 +230,8 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
     use_ocdbt = bool(meta.get("use_ocdbt", True))
     driver = "zarr3" if meta.get("use_zarr3") else "zarr"
     sharding_file = path / "_sharding"
-    shardings: dict[str, str] | None = None
-    if sharding_file.is_file():
-        try:
-            text = sharding_file.read_bytes()
-            read += len(text)
-            shardings = {base64.b64decode(k).decode(): v for k, v in json.loads(text).items()}
-        except (ValueError, TypeError, AttributeError):
-            raise checkpoint_error(f"{sharding_file} is not Orbax sharding JSON", file=str(sharding_file)) from None
+    shardings, n = _read_shardings(sharding_file)
+    read += n
     import tensorstore as ts
 
     base = path.resolve().as_uri()
@@ -272,25 +266,7 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
         dtype = dtype_name(store.dtype.numpy_dtype)
         read_chunk: Any = store.chunk_layout.read_chunk.shape
         chunk = tuple(int(c) for c in (read_chunk or shape))
-        if kind == "jax.Array":
-            if shardings is None:
-                raise checkpoint_error(
-                    f"{sharding_file} is missing: the layout of jax.Array {key!r} is unknown (refusing to guess replicated)",
-                    file=str(sharding_file),
-                )
-            if key not in shardings:
-                raise checkpoint_error(f"{sharding_file} has no entry for jax.Array {key!r}", file=str(sharding_file))
-            layout: Layout | None = layout_from_orbax_sharding(shardings[key], file=str(sharding_file))
-            assert layout is not None
-            if layout.rank > len(shape):
-                raise checkpoint_error(
-                    f"{sharding_file}: {key!r} has a {layout.rank}-entry partition spec for shape {shape}",
-                    file=str(sharding_file),
-                )
-            if layout.rank < len(shape):  # JAX's short PartitionSpec: trailing axes replicated
-                layout = Layout(tuple(layout.axes) + (None,) * (len(shape) - layout.rank), layout.mesh)
-        else:
-            layout = None
+        layout = _jax_array_layout(shardings, sharding_file, key, shape) if kind == "jax.Array" else None
         if kind == "scalar":
             values[tree_path] = np.asarray(store.read().result()).item()
             continue
@@ -305,6 +281,50 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
     files = tuple(sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file()))
     version = driver + ("+ocdbt" if use_ocdbt else "")
     return OrbaxCheckpoint("orbax", str(path), tensors, values, tree, files, read, version, specs=specs, chunks=chunks)
+
+
+def _read_shardings(sharding_file: Path) -> tuple[dict[str, str] | None, int]:
+    """The ``_sharding`` file as {dotted key: sharding JSON} (None where there is no such file), and bytes read.
+
+    Raises:
+        CheckpointError: the file is not Orbax sharding JSON.
+    """
+    if not sharding_file.is_file():
+        return None, 0
+    try:
+        text = sharding_file.read_bytes()
+        return {base64.b64decode(k).decode(): v for k, v in json.loads(text).items()}, len(text)
+    except (ValueError, TypeError, AttributeError):
+        raise checkpoint_error(f"{sharding_file} is not Orbax sharding JSON", file=str(sharding_file)) from None
+
+
+def _jax_array_layout(
+    shardings: dict[str, str] | None, sharding_file: Path, key: str, shape: tuple[int, ...]
+) -> Layout:
+    """The layout of the ``jax.Array`` leaf ``key`` (of ``shape``), from its ``_sharding`` entry.
+
+    A short partition spec (JAX's) leaves the trailing axes replicated.
+
+    Raises:
+        CheckpointError: no ``_sharding`` file, no entry for ``key``, or a spec longer than the shape.
+    """
+    if shardings is None:
+        raise checkpoint_error(
+            f"{sharding_file} is missing: the layout of jax.Array {key!r} is unknown (refusing to guess replicated)",
+            file=str(sharding_file),
+        )
+    if key not in shardings:
+        raise checkpoint_error(f"{sharding_file} has no entry for jax.Array {key!r}", file=str(sharding_file))
+    layout = layout_from_orbax_sharding(shardings[key], file=str(sharding_file))
+    assert layout is not None
+    if layout.rank > len(shape):
+        raise checkpoint_error(
+            f"{sharding_file}: {key!r} has a {layout.rank}-entry partition spec for shape {shape}",
+            file=str(sharding_file),
+        )
+    if layout.rank < len(shape):  # JAX's short PartitionSpec: trailing axes replicated
+        layout = Layout(tuple(layout.axes) + (None,) * (len(shape) - layout.rank), layout.mesh)
+    return layout
 
 
 def _chunk_boxes(shape: tuple[int, ...], chunk: tuple[int, ...]) -> tuple[Box, ...]:
