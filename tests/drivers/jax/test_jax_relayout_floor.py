@@ -36,6 +36,7 @@ CASES: dict[str, tuple[Layout, Layout, tuple[int, ...], bool]] = {
     "None -> x": (Layout([None, None], LINE), Layout(["x", None], LINE), (16, 8), True),
     "S0 -> S1": (Layout(["x", None], LINE), Layout([None, "x"], LINE), (16, 16), True),
     "(x,y) -> (y,x)": (Layout(["x", "y"], GRID), Layout(["y", "x"], GRID), (16, 16), False),
+    "rows -> (None,y)": (Layout(["x", None], GRID), Layout([None, "y"], GRID), (8, 8), False),
     "((x,y),None) -> (None,(x,y))": (
         Layout([("x", "y"), None], GRID),
         Layout([None, ("x", "y")], GRID),
