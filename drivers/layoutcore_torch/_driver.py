@@ -273,7 +273,8 @@ class TorchDriver(Driver):
                     shape=tensor.shape,
                     stride=tensor.stride(),
                 )
-            if _shares_storage(moved.to_local(), tensor.to_local()):
+            # Blocks read as stored: two to_local() calls cost 1.2 ms of a 6 ms 8x8 relayout (simulated).
+            if _shares_storage(_private.local_block(moved), _private.local_block(tensor)):
                 # Where no data moves (e.g. Replicate -> Shard on a 1-device mesh) torch hands back a view
                 # of the source's block: an in-place update of one would change the other.
                 moved = self._DTensor.from_local(

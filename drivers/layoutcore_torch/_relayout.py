@@ -399,10 +399,8 @@ def _run(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> An
     plan = schedule(source, target, shape, str(tensor.dtype), names)
     u = len(names)
     target_mesh = target.require_mesh()
-    source_mesh = source.require_mesh()
     world = driver.world()
-    with driver.spmd(source_mesh.size):
-        local = tensor.to_local()
+    local = _private.local_block(tensor)  # read only (cut into send buffers, kept parts copied out)
     if world.simulated:
         held = _private.local_tensors(local) if _private.is_local_tensor(local) else None
         blocks: dict[int, Any] = {}
