@@ -31,7 +31,11 @@ CASES = {
     "superset 2x2 -> 4x2": (Layout(["a", "b"], HALF), Layout(["y", "x"], GRID), (8, 8)),
     "subset 4x2 -> 2 devices": (Layout(["x", "y"], GRID), Layout([None, "c"], PAIR), (8, 6)),
     "uneven": (Layout(["x", None], GRID), Layout([None, ("x", "y")], GRID), (7, 10)),
-    "abstract mesh": (Layout(["x", "y"], Mesh((4, 2), ("x", "y"))), Layout([None, "y"], Mesh((4, 2), ("x", "y"))), (8, 8)),
+    "abstract mesh": (
+        Layout(["x", "y"], Mesh((4, 2), ("x", "y"))),
+        Layout([None, "y"], Mesh((4, 2), ("x", "y"))),
+        (8, 8),
+    ),
 }
 
 

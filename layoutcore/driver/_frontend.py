@@ -503,7 +503,7 @@ class Driver(DriverHooks):
         return self._record(result, layout)
 
     @final
-    def relayout_move(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> RelayoutMove:
+    def relayout_move(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> RelayoutMove:
         """What :meth:`relayout` hands :meth:`native_relayout_planned`: ``layout`` (validated, its mesh
         bound to ``devices``), and the source layout read on first use: the front-end's record of
         ``tensor``, else its native layout, on its concrete mesh."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._layout import BoundLayout, Layout
 from .._relayout_plan import RelayoutPlan, relayout_plan
@@ -50,7 +50,7 @@ class RelayoutMove:
         self,
         read_source: Callable[[], Layout],
         read_dtype: Callable[[], str],
-        layout: BoundLayout,
+        layout: Layout,
         devices: tuple[str, ...],
         shape: tuple[int, ...],
     ) -> None:
@@ -58,7 +58,8 @@ class RelayoutMove:
         self._read_dtype = read_dtype
         self._source: Layout | None = None
         self._dtype: str | None = None
-        self.layout: Layout = layout
+        layout.require_mesh()
+        self.layout = cast("BoundLayout", layout)
         self.devices = devices
         self.target = _concrete(layout, devices)
         self.shape = shape
@@ -111,8 +112,8 @@ class RelayoutMove:
 
     def schedule(self, participants: Sequence[Any] | None = None, *, rounds: bool = False) -> RelayoutSchedule:
         """:func:`~layoutcore.driver.relayout_schedule` of :attr:`plan` (cached per move and arguments)."""
-        key = (self.source, self.target, self.shape, self.dtype, None if participants is None else tuple(participants))
-        key = (*key, rounds)
+        named = None if participants is None else tuple(participants)
+        key = (self.source, self.target, self.shape, self.dtype, named, rounds)
         with _LOCK:
             found = _SCHEDULES.get(key)
         if found is None:

@@ -7,7 +7,6 @@ counts, and ``device_put``'s reshard program), never from the driver's plan.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
