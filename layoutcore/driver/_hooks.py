@@ -258,7 +258,7 @@ class DriverHooks(abc.ABC):
         (JAX, torch): read the source, target and plan from ``move``, never again from the tensor.
 
         Raises:
-            As :meth:`native_relayout`.
+            UnsupportedLayoutError: as :meth:`native_relayout`.
         """
         return self.native_relayout(tensor, move.layout, move.devices)
 

@@ -1,4 +1,4 @@
-"""Relayouts queued without waiting never take the process down (issue 28 item 6).
+"""Relayouts queued without waiting never take the process down.
 
 XLA's CPU client admits 32 executions per device in flight; a collective program queued deeper
 never completes its rendezvous and XLA aborts the process (SIGABRT) after 40 s. A training loop
