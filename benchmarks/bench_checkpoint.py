@@ -52,7 +52,7 @@ os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
 from layoutcore._config import checkpoint_threads
-from layoutcore.checkpoint import _api as ck_api
+from layoutcore.checkpoint import _save as ck_save
 from layoutcore.checkpoint._format import FORMAT_NAME, FORMAT_VERSION
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -240,7 +240,7 @@ def bench_read_plan_scale(root: Path, n: int) -> dict[str, Any]:
     entries = {}
     for i in range(n):
         spec = lc.TensorSpec((4096, 1024), "bfloat16", saved)
-        storage = ck_api._storage(f"layer{i}/w", spec, None)
+        storage = ck_save._storage(f"layer{i}/w", spec, None)
         entries[f"layer{i}/w"] = {
             "chunk": list(storage.chunk),
             "node": storage.node,

@@ -79,8 +79,8 @@ TABLE: dict[str, str] = {
 }
 
 #: Third-party packages only some layers may import (anywhere in the module, deferred included).
-# layoutcore.checkpoint._api imports rich inside its TTY progress bar only (never at import).
-ONLY_IN: dict[str, tuple[str, ...]] = {"rich": ("layoutcore.cli", "layoutcore.checkpoint._api")}
+# layoutcore.checkpoint._progress imports rich inside its TTY progress bar only (never at import).
+ONLY_IN: dict[str, tuple[str, ...]] = {"rich": ("layoutcore.cli", "layoutcore.checkpoint._progress")}
 #: Frameworks: never imported at module level by the core package (``import layoutcore`` stays framework-free).
 FRAMEWORKS = ("jax", "jaxlib", "tensorflow", "torch", "keras", "tf_keras", "flax")
 

@@ -343,18 +343,34 @@ class JaxDriver(Driver):
     def native_pack(
         self, components: list[Any], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
     ) -> jax.Array:
+        return self._pack(components, layout, devices, global_shape, snapshot=True)
+
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> jax.Array:
+        """As :meth:`native_pack`, without the snapshot copy: the blocks are handed over."""
+        return self._pack(blocks, layout, devices, global_shape, snapshot=False)
+
+    def _pack(
+        self,
+        components: list[Any],
+        layout: Layout,
+        devices: tuple[str, ...],
+        global_shape: tuple[int, ...],
+        *,
+        snapshot: bool,
+    ) -> jax.Array:
         jax = self._jax
         sharding = self._sharding(layout, devices)
         positions = self.local_positions(layout.require_mesh(), devices)
         # device_put onto the component's own device is free for a jax.Array already there.
-        arrays = [
-            jax.device_put(
-                # A private copy of a NumPy component, as in native_distribute (the snapshot rule).
-                _jax_numpy(component, f"component {i}").copy() if isinstance(component, np.ndarray) else component,
-                self._by_name[devices[p]],
-            )
-            for i, (p, component) in enumerate(zip(positions, components, strict=True))
-        ]
+        arrays = []
+        for i, (p, component) in enumerate(zip(positions, components, strict=True)):
+            if isinstance(component, np.ndarray):
+                component = _jax_numpy(component, f"component {i}")
+                # a private copy of a caller's NumPy component, as in native_distribute (the snapshot rule)
+                component = component.copy() if snapshot else component
+            arrays.append(jax.device_put(component, self._by_name[devices[p]]))
         return _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays))
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:

@@ -260,6 +260,23 @@ class TensorFlowDriver(Driver):
         return self._text.carry(packed, components[0])
 
     @_serialized
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> Any:
+        """``dtensor.pack`` of the handed-over blocks, without the aliasing copy (no one writes them)."""
+        for index, block in enumerate(blocks):
+            _refuse_unheld(block, f"block {index}")
+        return self._dtensor.pack(list(blocks), self._native(layout, devices))
+
+    def native_fill(self, tensor: Any, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...]) -> Any:
+        """A ``DVariable`` is assigned in place (it keeps its identity); a DTensor is replaced."""
+        packed = self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
+        if isinstance(tensor, self._tf.Variable):
+            self.variable_assign(tensor, packed)
+            return tensor
+        return packed
+
+    @_serialized
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         return self._text.carry(self._relayout(tensor, layout, devices), tensor)
 

@@ -219,6 +219,33 @@ class TorchDriver(Driver):
         }
         return self._from_local(shards, layout, global_shape, next(iter(shards.values())))
 
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> Any:
+        """``DTensor.from_local`` over the handed-over blocks themselves (``torch.from_numpy``, no clone);
+        a block listed for several devices (replicas) is copied for each further one, since torch's
+        in-place ops write each rank's local tensor."""
+        mesh = layout.require_mesh()
+        positions = list(self.local_positions(mesh, devices))
+        if not positions:
+            raise LayoutError(f"This rank ({self.world().rank}) has no device in {mesh!r}.", value=mesh)
+        seen: set[int] = set()
+        shards = {}
+        for p, block in zip(positions, blocks, strict=True):
+            local = self.prepare_input(block)
+            shards[p] = local.clone() if id(block) in seen else local
+            seen.add(id(block))
+        return self._from_local(shards, layout, global_shape, next(iter(shards.values())))
+
+    def native_fill(self, tensor: Any, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...]) -> Any:
+        """``copy_`` into each local tensor of ``tensor`` (storage and ``data_ptr`` kept)."""
+        torch = self._torch
+        locals_ = self.native_unpack(tensor)
+        with torch.no_grad(), self.spmd(layout.require_mesh().size):
+            for local, block in zip(locals_, blocks, strict=True):
+                local.copy_(self.prepare_input(block))
+        return tensor
+
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,
         ``Partial``, into ``layout``); elsewhere, and across meshes, ``relayout_plan``'s transfers in one

@@ -15,8 +15,10 @@ from __future__ import annotations
 from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
 from . import _api, _foreign
-from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan, save
+from ._api import CheckpointInfo, ReadPlan, inspect, load, read_plan
+from ._crc import SlowChecksumWarning
 from ._foreign import export_safetensors
+from ._save import save
 
 _api.FOREIGN = _foreign  # the foreign readers build on _api; it reaches them through this plug
 
@@ -24,6 +26,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "ReadPlan",
+    "SlowChecksumWarning",
     "TensorSpec",
     "export_safetensors",
     "inspect",

@@ -219,6 +219,58 @@ class DriverHooks(abc.ABC):
             UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``).
         """
 
+    # ------------------------------------------------------------------------------------------
+    # Blocks the caller hands over (checkpoint loads, weight transfer): layoutcore.driver._fill
+    # ------------------------------------------------------------------------------------------
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> Any:
+        """Build a distributed tensor from host blocks whose ownership passes to the driver.
+
+        The ownership hand-off: the caller (the checkpoint loader, ``layoutcore.transfer``) made
+        each block itself, keeps no reference it writes through, and checked the blocks already
+        (count, shapes, dtype). Replicas are the **same** array object, listed once per device
+        holding it, and equal by construction: nothing is compared. The driver may keep the arrays
+        as its storage (no snapshot copy); where devices must not share storage (torch local
+        tensors, which in-place ops write), it copies a block for each further device only.
+
+        Args:
+            blocks: one C-contiguous, writable NumPy array per local position (row-major).
+            layout: their layout; devices, global_shape: as :meth:`native_pack`.
+
+        Returns:
+            A new distributed tensor holding the blocks' data.
+
+        Default: :meth:`native_pack` (which copies as it does for any caller's data): right for
+        every driver, only slower. JAX: no snapshot copy before ``device_put``; torch: ``from_numpy``
+        without ``clone``; TF: no aligned-copy; NumPy: the blocks themselves, read-only.
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot hold (``Limitation.DTYPE``).
+        """
+        return self.native_pack(list(blocks), layout, devices, global_shape)
+
+    def native_fill(self, tensor: Any, blocks: list[np.ndarray], layout: BoundLayout, devices: tuple[str, ...]) -> Any:
+        """Write host blocks into an existing distributed tensor; return the tensor that holds them.
+
+        Args:
+            tensor: a distributed tensor of this driver (not traced), laid out by ``layout``.
+            blocks: as :meth:`native_pack_owned` (handed over; replicas are one object).
+            layout: ``tensor``'s layout; devices: its mesh's devices, row-major.
+
+        Returns:
+            ``tensor`` itself where the framework's tensors are mutable (its storage kept, every
+            local component overwritten), else a new tensor with the same layout that replaces it.
+
+        Default: :meth:`native_pack_owned` (a replacement, for frameworks whose arrays are
+        immutable: JAX, TF tensors). torch: ``copy_`` into each local tensor; NumPy: each
+        component's memory written; TF: ``DVariable.assign`` for variables.
+
+        Raises:
+            UnsupportedLayoutError: what the framework cannot write (``Limitation.DTYPE``).
+        """
+        return self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
+
     @abc.abstractmethod
     def native_relayout(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
         """The same global value with another layout.

@@ -23,6 +23,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from .. import geometry
 from .._capabilities import Capability
 from .._config import cpu_device_count
+from .._errors import LayoutError
 from .._layout import Layout
 from .._relayout_plan import Transfer, relayout_transfers
 from ..driver._frontend import Driver
@@ -283,6 +284,32 @@ class NumpyDriver(Driver):
     ) -> ShardedArray:
         arrays = tuple(_readonly(np.asarray(c)) for c in components)
         return ShardedArray(arrays, layout, global_shape, arrays[0].dtype, devices)
+
+    def native_pack_owned(
+        self, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...]
+    ) -> ShardedArray:
+        """The handed-over blocks themselves, read-only (replicas share their one block)."""
+        views: dict[int, np.ndarray] = {}
+        arrays = tuple(views.setdefault(id(b), _readonly(b)) for b in blocks)
+        return ShardedArray(arrays, layout, global_shape, blocks[0].dtype, devices)
+
+    def native_fill(
+        self, tensor: ShardedArray, blocks: list[np.ndarray], layout: Layout, devices: tuple[str, ...]
+    ) -> ShardedArray:
+        """Each component's memory written (docs/design.md: ``into`` is the one exception to "Whose
+        memory"); a component whose memory is not writable (a view of read-only memory) is refused."""
+        for index, (component, block) in enumerate(zip(tensor.components, blocks, strict=True)):
+            writable = component.view()
+            try:
+                writable.flags.writeable = True
+            except ValueError:
+                raise LayoutError(
+                    f"into: component {index} (device {devices[index]}) of the NumPy tensor views read-only memory "
+                    "that cannot be written in place; load it with target= instead.",
+                    value=index,
+                ) from None
+            np.copyto(writable, block, casting="no")
+        return tensor
 
     def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
         """Execute exactly :func:`layoutcore.relayout_plan`'s transfers.

@@ -15,7 +15,7 @@ import pytest
 import layoutcore as lc
 from layoutcore import CheckpointError, ConfigurationError, Layout, Mesh, checkpoint
 from layoutcore._dtypes import as_bits, numpy_dtype
-from layoutcore.checkpoint import _api, _threads
+from layoutcore.checkpoint import _api, _save, _threads
 
 MESH8 = Mesh((8,), ("x",))
 MESH42 = Mesh((4, 2), ("a", "b"))
@@ -146,7 +146,7 @@ def test_a_failing_writer_thread_fails_the_save_and_commits_nothing(
     import threading
 
     tree = checkpoint.load(saved[0])
-    write_shard = _api.write_shard
+    write_shard = _save.write_shard
     where: list[str] = []
 
     def failing(root, storage, index, block, scratch):  # type: ignore[no-untyped-def]
@@ -156,7 +156,7 @@ def test_a_failing_writer_thread_fails_the_save_and_commits_nothing(
         return write_shard(root, storage, index, block, scratch)
 
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "2")
-    monkeypatch.setattr(_api, "write_shard", failing)
+    monkeypatch.setattr(_save, "write_shard", failing)
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(OSError, match="No space left"):
