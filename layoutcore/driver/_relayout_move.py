@@ -36,15 +36,14 @@ class RelayoutMove:
     Attributes:
         layout: the target layout as the caller gave it (validated; its mesh may be abstract).
         devices: the target mesh's devices, row-major (what the front-end bound).
-        target: ``layout`` on the concrete target mesh.
         shape: the global shape.
 
-    :attr:`source` (the tensor's layout on its concrete mesh), :attr:`dtype`, :attr:`plan` and
-    :meth:`schedule` are computed on first use only (a driver that hands the move to its framework
+    :attr:`target` (``layout`` on the concrete mesh), :attr:`source` (the tensor's layout on its
+    concrete mesh), :attr:`dtype`, :attr:`plan` and :meth:`schedule` are computed on first use only (a driver that hands the move to its framework
     pays nothing for them).
     """
 
-    __slots__ = ("_dtype", "_read_dtype", "_read_source", "_source", "devices", "layout", "shape", "target")
+    __slots__ = ("_dtype", "_read_dtype", "_read_source", "_source", "_target", "devices", "layout", "shape")
 
     def __init__(
         self,
@@ -61,8 +60,15 @@ class RelayoutMove:
         layout.require_mesh()
         self.layout = cast("BoundLayout", layout)
         self.devices = devices
-        self.target = _concrete(layout, devices)
+        self._target: Layout | None = None
         self.shape = shape
+
+    @property
+    def target(self) -> Layout:
+        """``layout`` on the concrete target mesh (made once, when first asked)."""
+        if self._target is None:
+            self._target = _concrete(self.layout, self.devices)
+        return self._target
 
     @property
     def dtype(self) -> str:
