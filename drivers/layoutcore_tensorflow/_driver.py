@@ -312,27 +312,36 @@ class TensorFlowDriver(Driver):
             # should be non-empty"), so build the empty components directly.
             return self._place(np.zeros(shape, tensor.dtype.as_numpy_dtype), layout, devices)
         if source.mesh.to_string() == native.mesh.to_string() and not _is_text(tensor):
-            large = int(np.prod(shape, dtype=np.int64)) * tensor.dtype.size > PACK_MAX_BYTES
-            if large and not self._multi_client:
-                words = self._words_relayout(tensor, source, native)
-                if words is not None:
-                    return self._exact(words, layout, native)
-            if tensor.dtype in self._exact_dtypes:
-                return self._exact(dtensor.relayout(tensor, native), layout, native)
-            if self._multi_client:  # blocks on other clients: DTensor's collectives, on integer bits
-                return self._exact(self._relayout_bits(tensor, native), layout, native)
-            if large and tensor.dtype not in self._float8:
-                # Large: DTensor's collectives on an integer view made on the devices (a bitcast, or a widening
-                # cast for 1-2 byte dtypes). Through host memory the value is replicated on every device first:
-                # 64 MiB float32 (x, None) -> (None, y) took 620 ms so, DTensor's own relayout 12 ms (one loaded
-                # run). float8 has no such view (no TF op casts its bits): host memory below.
-                return self._exact(self._graph_bits_relayout(tensor, native), layout, native)
+            moved = self._on_devices(tensor, source, native, shape)
+            if moved is not None:
+                return self._exact(moved, layout, native)
         # Another mesh, text, or a dtype DTensor's collectives do not move bit for bit (see
         # _exact_dtypes). DTensor's relayout works within one mesh, its cross-mesh copy_to_mesh
         # (replicated values only) can deadlock (a size-1 sharded source, measured on TF 2.21), and its
         # collectives refuse tf.string; so the value goes through host memory: read once, then placed
         # as distribute_tensor does.
         return self._place(self._to_numpy(tensor), layout, devices)
+
+    def _on_devices(self, tensor: Any, source: Any, native: Any, shape: tuple[int, ...]) -> Any | None:
+        """A same-mesh relayout through DTensor's collectives on bits they move exactly, or ``None``
+        where the value must go through host memory (small values of a dtype DTensor would change)."""
+        dtensor = self._dtensor
+        large = int(np.prod(shape, dtype=np.int64)) * tensor.dtype.size > PACK_MAX_BYTES
+        if large and not self._multi_client:
+            words = self._words_relayout(tensor, source, native)
+            if words is not None:
+                return words
+        if tensor.dtype in self._exact_dtypes:
+            return dtensor.relayout(tensor, native)
+        if self._multi_client:  # blocks on other clients: DTensor's collectives, on integer bits
+            return self._relayout_bits(tensor, native)
+        if large and tensor.dtype not in self._float8:
+            # Large: DTensor's collectives on an integer view made on the devices (a bitcast, or a widening
+            # cast for 1-2 byte dtypes). Through host memory the value is replicated on every device first:
+            # 64 MiB float32 (x, None) -> (None, y) took 620 ms so, DTensor's own relayout 12 ms (one loaded
+            # run). float8 has no such view (no TF op casts its bits): host memory.
+            return self._graph_bits_relayout(tensor, native)
+        return None
 
     def _words_relayout(self, tensor: Any, source: Any, native: Any) -> Any | None:
         """DTensor's relayout of ``tensor``'s bits as int64 words, or ``None`` where no such view exists.
