@@ -343,6 +343,44 @@ def _models(d: Data) -> Cell:
     return f"{_ratio(r['ratio'])} ({r['layoutcore_ms']:.0f} / {r['torch_ms']:.0f} ms)", r["ratio"] <= r["target"]
 
 
+# -- bench_transfer ------------------------------------------------------------------------------------
+def _transfer_plan(which: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["plan_at_scale"]
+        return _time(r[f"{which}_s"]), r[f"{which}_s"] < r[f"target_{which}_s"]
+
+    return cell
+
+
+def _transfer_packing(which: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["packing"]
+        return f"{_ratio(r[which])} (median {_ratio(r[which + ' (median)'])})", r[which] >= r["target"]
+
+    return cell
+
+
+_TRANSFER_SYNCS = (
+    "2->2 rows->columns, bucket 64 MiB",
+    "2->2 rows->columns, bucket 16 MiB",
+    "2->2 rows->columns, bucket 4 MiB",
+    "2->2 rows->rows, bucket 16 MiB",
+    "4->4 rows->columns, bucket 16 MiB",
+)
+
+
+def _transfer_sync(key: str, ratio: str, target: float) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["sync"][key]
+        seconds = r["seconds_min"]
+        return (
+            f"{_ratio(r[ratio])} (median {_ratio(r[ratio + ' (median)'])}; sync {_time(seconds['sync'])})",
+            r[ratio] >= target,
+        )
+
+    return cell
+
+
 _TORCH_PAIRS = (
     ("layoutcore.distribute_tensor", "torch distribute_tensor (user call)"),
     ("layoutcore.distribute_tensor", "torch distribute_tensor (LocalTensor, shared)"),
@@ -581,6 +619,24 @@ TABLES: tuple[Table, ...] = (
             ),
             Row("`Mesh` of 1 000 000 devices, the same", "< 5 s", _mesh_case("1 000 000 devices")),
             Row("`Mesh` of 20 000 axes, the same", "< 0.5 s", _mesh_case("20 000 axes")),
+        ),
+    ),
+    Table(
+        "bench_transfer",
+        (("bench_transfer.json", "torch gloo, 127.0.0.1"),),
+        (
+            Row("`transfer.plan`, 10 000 tensors, 256 -> 128 devices", "< 2 s", _transfer_plan("first")),
+            Row("`transfer.plan`, the same call again (cached)", "< 0.1 s", _transfer_plan("again")),
+            Row("packing a sender's column slab / `memcpy` of the bytes", "≥ 0.7x", _transfer_packing("pack/memcpy")),
+            Row("unpacking into the receiver's blocks / `memcpy`", "≥ 0.7x", _transfer_packing("unpack/memcpy")),
+            *(
+                Row(f"{key}: raw `batch_isend_irecv` / sync", "≥ 0.8x", _transfer_sync(key, "raw/sync", 0.8))
+                for key in _TRANSFER_SYNCS
+            ),
+            *(
+                Row(f"{key}: gather + broadcast / sync", "≥ 2x", _transfer_sync(key, "gather+broadcast/sync", 2.0))
+                for key in _TRANSFER_SYNCS
+            ),
         ),
     ),
 )

@@ -23,6 +23,7 @@ from ._api import (
     unpack,
 )
 from ._config import ConfigurationError
+from ._dtypes import DtypeNarrowingWarning
 from ._errors import (
     AmbiguousLayoutError,
     CheckpointError,
@@ -32,6 +33,7 @@ from ._errors import (
     LayoutError,
     LayoutMismatchError,
     NotDistributedError,
+    TransferError,
     UnmatchedPathError,
     UnmatchedPathWarning,
     UnsupportedLayoutError,
@@ -64,6 +66,7 @@ __all__ = [
     "DeviceMesh",
     "DriverNotFoundError",
     "DriverUnavailableError",
+    "DtypeNarrowingWarning",
     "Layout",
     "LayoutError",
     "LayoutMap",
@@ -79,6 +82,7 @@ __all__ = [
     "TensorLayout",
     "TensorSpec",
     "Transfer",
+    "TransferError",
     "UnmatchedPathError",
     "UnmatchedPathWarning",
     "UnsupportedLayoutError",

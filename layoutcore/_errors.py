@@ -22,6 +22,7 @@ __all__ = [
     "LayoutMismatchError",
     "LayoutcoreError",
     "NotDistributedError",
+    "TransferError",
     "UnmatchedPathError",
     "UnmatchedPathWarning",
     "UnsupportedLayoutError",
@@ -235,3 +236,23 @@ class CheckpointError(LayoutcoreError):
         self.path = path
         self.file = file
         self.tensor = tensor
+
+
+class TransferError(LayoutcoreError):
+    """A weight transfer between two groups of processes (``layoutcore.transfer``) that cannot run or failed.
+
+    Raised before any tensor byte moves for a plan that would be wrong (a receiver path with no
+    source, a shape or dtype difference, fused segments that do not add up, an element no sender
+    holds), and during a transfer for a peer that died or hung, a torch error, or a checksum mismatch.
+
+    Attributes:
+        paths: the offending tensor paths (receiver paths, or sender paths where no receiver path
+            applies), in the order the message names them; ``()`` when none applies.
+        rank: the rank of the process group that raised it (``None`` outside a ``Link``).
+    """
+
+    def __init__(self, message: str, *, paths: tuple[str, ...] = (), rank: int | None = None) -> None:
+        paths = tuple(paths)
+        super().__init__(message, value=paths[0] if len(paths) == 1 else paths)
+        self.paths = paths
+        self.rank = rank

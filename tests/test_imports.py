@@ -39,7 +39,7 @@ FRAMEWORKS_LOADED = f"sorted(m for m in sys.modules if m.split('.')[0] in {FRAME
 def test_import_layoutcore_imports_no_framework_and_resolves_no_driver() -> None:
     result = _run(
         "import json, sys\n"
-        "import layoutcore\n"
+        "import layoutcore, layoutcore.checkpoint, layoutcore.transfer\n"
         "from layoutcore.driver import _registry\n"
         f"print(json.dumps({{'frameworks': {FRAMEWORKS_LOADED}, 'discovered': _registry._factories is not None,"
         " 'instances': sorted(_registry._instances)}))"
@@ -122,6 +122,7 @@ def _violations(package: Path) -> list[str]:
         "layoutcore.propagation",
         "layoutcore.driver",
         "layoutcore.numpy",
+        "layoutcore.checkpoint",
     )
     public = {m: set(getattr(importlib.import_module(m), "__all__", ())) for m in public_modules}
     problems = []

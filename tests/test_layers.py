@@ -68,6 +68,7 @@ TABLE: dict[str, str] = {
     "re:layoutcore": "user API",  # the package's __init__ only: what `import layoutcore` gives
     "layoutcore.numpy": "reference driver and integrations",
     "layoutcore.checkpoint": "reference driver and integrations",
+    "layoutcore.transfer": "reference driver and integrations",
     "layoutcore.keras": "reference driver and integrations",
     "layoutcore.cli": "command line and framework drivers",
     "layoutcore_jax": "command line and framework drivers",

@@ -18,20 +18,23 @@ the interpreter on odd input (docs/framework-facts.md#tf-crash-traps).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import numpy as np
 
 from layoutcore import Layout, LayoutcoreError, LayoutError, Mesh, get_driver
-from layoutcore.driver import LRUCache
+from layoutcore.driver import ALL_DTYPES, LRUCache
 
 from ._runtime import canonical_names, configure_cpu_devices, full_name, global_device_names, tf_modules
 
 __all__ = [
+    "HELD_DTYPES",
     "MAX_NATIVE_MESHES",
+    "NOT_IN_TF",
     "MeshLimitError",
     "as_proto",
     "from_proto",
@@ -39,6 +42,7 @@ __all__ = [
     "from_tensorflow_layout",
     "from_tensorflow_mesh",
     "mesh_proto",
+    "refusing_unheld",
     "serialized_string",
     "to_tensorflow_layout",
     "to_tensorflow_mesh",
@@ -420,3 +424,24 @@ def _mesh_proto_problem(mesh: Any, size: int) -> str | None:
 def _short(proto: Any) -> str:
     text = " ".join(str(proto).split())
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+#: The dtypes of ``ALL_DTYPES`` TF 2.21 has no tensor of (no ``tf.dtypes`` entry; ``tf.as_dtype``
+#: refuses ml_dtypes' type): MX block scales.
+NOT_IN_TF = frozenset({"float8_e8m0fnu"})
+#: What the TF driver holds (``supported_dtypes``).
+HELD_DTYPES = frozenset(ALL_DTYPES) - NOT_IN_TF
+
+
+def refusing_unheld(fn: Callable[..., Any], refusal: Callable[[str], Exception]) -> Callable[..., Any]:
+    """``fn``, refusing a NumPy result of a dtype TF has no tensor of (``float8_e8m0fnu``) by name, before
+    ``tf.function`` fails to convert it with a raw ``TypeError``."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, np.ndarray) and out.dtype.name in NOT_IN_TF:
+            raise refusal(out.dtype.name)
+        return out
+
+    return call

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._config import checkpoint_threads
 from .._dtypes import numpy_dtype
-from .._errors import LayoutError, LayoutMismatchError
+from .._errors import LayoutError, LayoutMismatchError, UnsupportedLayoutError
 from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._tensor_spec import TensorSpec, device_bounds
@@ -183,6 +183,40 @@ def _all_positions(size: int) -> list[int]:
     return list(range(size))
 
 
+def check_spec_dtype(path: str, want: Any, driver: Any) -> None:
+    """Refuse a ``TensorSpec`` target asking ``driver`` for a dtype it does not hold (JAX's 64-bit ones
+    with ``jax_enable_x64`` off): a spec is an explicit request, never narrowed to fit.
+
+    Raises:
+        UnsupportedLayoutError: ``feature="dtype"``, naming the tensor path and the dtype.
+    """
+    if driver is None or not isinstance(want, TensorSpec) or want.dtype in driver.supported_dtypes():
+        return
+    refusal = driver.dtype_refusal(want.dtype)
+    raise UnsupportedLayoutError(
+        f"checkpoint.load: the target TensorSpec of tensor {path!r} asks for dtype {want.dtype}: {refusal}",
+        driver=refusal.driver,
+        feature=refusal.feature,
+        value=want.dtype,
+    )
+
+
+def pack_loaded(driver: Any, path: str, components: list[Any], layout: Layout, shape: tuple[int, ...]) -> Any:
+    """``driver.pack`` of a loaded tensor's components; a dtype refusal names the tensor's path.
+
+    Raises:
+        UnsupportedLayoutError: the driver cannot hold the tensor's values (``feature="dtype"``).
+    """
+    try:
+        return driver.pack(components, layout, global_shape=shape)
+    except UnsupportedLayoutError as err:
+        if err.feature != "dtype":
+            raise
+        raise UnsupportedLayoutError(
+            f"checkpoint.load: tensor {path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
+        ) from None
+
+
 def _positions(layout: Layout, process_devices: Any, driver: Any) -> list[int]:
     mesh = layout.mesh
     assert mesh is not None
@@ -250,6 +284,7 @@ def _plan_all(
     by_object: dict[int, tuple[list[int], int]] = {}  # id(positions list) -> (the list, its id)
     dim_axes: dict[Any, Any] = {}
     for p, saved in info.tensors.items():
+        check_spec_dtype(p, wanted.get(p), driver)
         layout = _target_layout(p, saved, wanted.get(p))
         positions = _positions(layout, process_devices, driver)
         known = by_object.get(id(positions))
@@ -539,6 +574,6 @@ def load(path: str | os.PathLike[str], target: Any = None, *, driver: Any = None
     with _Readers(target_path, verify, checkpoint_threads()) as readers:
         advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
         for tl, components in readers.read(plans):
-            values[tl.path] = drv.pack(components, tl.layout, global_shape=tl.saved.shape)
+            values[tl.path] = pack_loaded(drv, tl.path, components, tl.layout, tl.saved.shape)
             advance(tl.geometry.read_bytes)
     return rebuild(meta["tree"], values)

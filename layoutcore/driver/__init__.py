@@ -23,6 +23,7 @@ from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._frontend import Driver, HoldsValue
 from ._hooks import DriverHooks, VariableHandle
+from ._processes import SINGLE_PROCESS, Barrier, ProcessGroup
 from ._registry import DRIVER_ENV, ENTRY_POINT_GROUP, DriverInfo, driver_infos, register_driver
 from ._relayout_move import RelayoutMove
 
@@ -30,6 +31,8 @@ __all__ = [
     "CPU_DEVICES_ENV",
     "DRIVER_ENV",
     "ENTRY_POINT_GROUP",
+    "SINGLE_PROCESS",
+    "Barrier",
     "BoundLayout",
     "Capability",
     "Driver",
@@ -40,6 +43,7 @@ __all__ = [
     "LRUCache",
     "Limitation",
     "Piece",
+    "ProcessGroup",
     "RelayoutMove",
     "RelayoutSchedule",
     "VariableHandle",

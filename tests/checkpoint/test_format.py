@@ -16,7 +16,7 @@ from layoutcore import CheckpointError, Layout, Mesh, checkpoint
 from layoutcore._dtypes import ALL_DTYPES, as_bits, int_view_dtype, numpy_dtype
 
 MESH8 = Mesh((8,), ("x",))
-BITS_ONLY = {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
+BITS_ONLY = {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"}
 
 
 def _value(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:

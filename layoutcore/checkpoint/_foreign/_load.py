@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from ..._capabilities import Limitation
+from ..._errors import UnsupportedLayoutError
 from ..._layout import Layout
 from ..._mesh import Mesh
 from ..._tensor_spec import TensorSpec, device_bounds
-from .._api import CheckpointInfo, ReadPlan, _flat_target, _positions, _target_layout
+from .._api import CheckpointInfo, ReadPlan, _flat_target, _positions, _target_layout, check_spec_dtype, pack_loaded
 from .._read_plan import merge_ranges
 from ._boxes import layout_from_boxes
 from ._errors import checkpoint_error
@@ -96,9 +98,11 @@ def inspect(ckpt: ForeignCheckpoint) -> ForeignInfo:
     )
 
 
-def _layouts(ckpt: ForeignCheckpoint, target: Any) -> dict[str, tuple[TensorSpec, Layout]]:
+def _layouts(ckpt: ForeignCheckpoint, target: Any, driver: Any = None) -> dict[str, tuple[TensorSpec, Layout]]:
     saved = {p: saved_spec(t)[0] for p, t in ckpt.tensors.items()}
     wanted = _flat_target(target, saved)
+    for p in saved:
+        check_spec_dtype(p, wanted.get(p), driver)
     return {p: (s, _target_layout(p, s, wanted.get(p))) for p, s in saved.items()}
 
 
@@ -158,6 +162,13 @@ def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> 
 
     drv = get_driver(driver)
     for value in ckpt.values.values():
+        if isinstance(value, RefusedValue) and value.dtype:
+            raise UnsupportedLayoutError(
+                f"checkpoint.load: {ckpt.path}: tensor {value.path!r} has dtype {value.dtype}: {value.message}",
+                driver=drv.name,
+                feature=Limitation.DTYPE,
+                value=value.dtype,
+            )
         if isinstance(value, RefusedValue):
             raise checkpoint_error(
                 f"{ckpt.path}: value {value.path!r} was not loaded: {value.message}", file=value.file
@@ -165,7 +176,7 @@ def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> 
     results: dict[str, Any] = dict(ckpt.values)
     fds: dict[str, int] = {}
     try:
-        for path, (saved, layout) in _layouts(ckpt, target).items():
+        for path, (saved, layout) in _layouts(ckpt, target, drv).items():
             tensor = ckpt.tensors[path]
             boxes = _boxes(saved, layout, _positions(layout, None, drv))
             distinct = list(dict.fromkeys(boxes))
@@ -175,7 +186,7 @@ def load(ckpt: ForeignCheckpoint, target: Any = None, *, driver: Any = None) -> 
             for b in boxes:
                 components.append(blocks[b] if b not in used else blocks[b].copy())
                 used.add(b)
-            results[path] = drv.pack(components, layout, global_shape=tensor.shape)
+            results[path] = pack_loaded(drv, path, components, layout, tensor.shape)
     finally:
         for fd in fds.values():
             with contextlib.suppress(OSError):

@@ -1,0 +1,197 @@
+"""One rank's part of a plan as buckets per peer, and the packing and unpacking of those buckets.
+
+A peer pair's pieces, in plan order on both sides, are cut into sub-boxes of at most
+``bucket_bytes`` (along their first axes) and packed greedily into buckets of at most
+``bucket_bytes``. Both ranks of a pair compute the same buckets from the same plan, so a bucket is
+raw bytes without headers: the wire carries exactly the plan's bytes (plus 4 bytes of CRC-32C per
+sub-box with ``verify``). A bucket of one sub-box that is contiguous in memory on a side is sent
+from, or received into, the tensor's memory directly (no packing copy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._errors import TransferError
+from .._tensor_spec import Box
+from ._local import Local
+from ._plan import TransferPlan
+
+__all__ = ["Schedule", "schedule"]
+
+# One sub-box: (sender path, sender box, receiver path, receiver box, bytes).
+Item = tuple[str, Box, str, Box, int]
+
+
+@dataclass(slots=True)
+class Schedule:
+    """This rank's buckets: ``sends[peer][k]`` / ``recvs[peer][k]`` are the items of round ``k``; ``local`` is copied here."""
+
+    sends: dict[int, list[list[Item]]] = field(default_factory=dict)
+    recvs: dict[int, list[list[Item]]] = field(default_factory=dict)
+    local: list[Item] = field(default_factory=list)
+
+    @property
+    def rounds(self) -> int:
+        return max((len(b) for b in (*self.sends.values(), *self.recvs.values())), default=0)
+
+
+def _split(sbox: Box, rbox: Box, itemsize: int, limit: int) -> list[tuple[Box, Box]]:
+    """Sub-boxes of at most ``limit`` bytes, cut along the first axis longer than 1 (recursively)."""
+    sizes = sbox[1]
+    nbytes = math.prod(sizes) * itemsize
+    axis = next((a for a, s in enumerate(sizes) if s > 1), None)
+    if nbytes <= limit or axis is None:
+        return [(sbox, rbox)]
+    row = nbytes // sizes[axis]
+    step = max(1, limit // row)
+    out = []
+    for start in range(0, sizes[axis], step):
+        n = min(step, sizes[axis] - start)
+
+        def cut(box: Box, start: int = start, n: int = n) -> Box:
+            offsets, sz = box
+            return (
+                (*offsets[:axis], offsets[axis] + start, *offsets[axis + 1 :]),
+                (*sz[:axis], n, *sz[axis + 1 :]),
+            )
+
+        sub = (cut(sbox), cut(rbox))
+        out.extend(_split(*sub, itemsize, limit) if row > limit else [sub])
+    return out
+
+
+def schedule(plan: TransferPlan, rank: int, bucket_bytes: int) -> Schedule:
+    """This rank's buckets for ``plan`` (pure; both ranks of a pair get the same buckets)."""
+    sched = Schedule()
+    outgoing: dict[int, list[Item]] = {}
+    incoming: dict[int, list[Item]] = {}
+    for piece in plan.pieces_of(rank):
+        itemsize = plan.itemsize[piece.receiver_path]
+        subs = _split(piece.sender_box, piece.receiver_box, itemsize, bucket_bytes)
+        items = [(piece.sender_path, s, piece.receiver_path, r, math.prod(s[1]) * itemsize) for s, r in subs]
+        if piece.source_rank == piece.target_rank:
+            sched.local.extend(items)
+        elif piece.source_rank == rank:
+            outgoing.setdefault(piece.target_rank, []).extend(items)
+        else:
+            incoming.setdefault(piece.source_rank, []).extend(items)
+    sched.sends = {peer: _buckets(items, bucket_bytes) for peer, items in sorted(outgoing.items())}
+    sched.recvs = {peer: _buckets(items, bucket_bytes) for peer, items in sorted(incoming.items())}
+    return sched
+
+
+def _buckets(items: list[Item], limit: int) -> list[list[Item]]:
+    out: list[list[Item]] = []
+    size = limit + 1
+    for item in items:
+        if size + item[4] > limit:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item[4]
+    return out
+
+
+def region(local: Local, index: int, box: Box) -> np.ndarray:
+    """The part of local device ``index``'s array that holds global ``box``."""
+    offsets = local.boxes[index][0]
+    return local.arrays[index][tuple(slice(o - b, o - b + s) for o, s, b in zip(box[0], box[1], offsets, strict=True))]
+
+
+def _first_holder(local: Local, box: Box, path: str) -> int:
+    holders = local.holding(box)
+    if not holders:
+        raise TransferError(
+            f"transfer: no local device holds box {box} of {path!r} (plan and tensors disagree)", paths=(path,)
+        )
+    return holders[0]
+
+
+def pack(items: list[Item], senders: dict[str, Local], verify: bool, pool: Any = None) -> np.ndarray:
+    """The bytes of ``items`` in order (a view of the tensor when it is one contiguous sub-box and no CRC).
+
+    ``pool(nbytes)`` gives the bucket's buffer (reused between rounds and syncs: a fresh one costs page faults)."""
+    if len(items) == 1 and not verify:
+        path, sbox = items[0][0], items[0][1]
+        src = region(senders[path], _first_holder(senders[path], sbox, path), sbox)
+        if src.flags.c_contiguous:
+            return src.reshape(-1).view(np.uint8)
+    total = sum(item[4] for item in items)
+    size = total + (4 * len(items) if verify else 0)
+    buf = np.empty(size, dtype=np.uint8) if pool is None else pool(size)
+    offset = 0
+    crcs = []
+    for path, sbox, _, _, nbytes in items:
+        local = senders[path]
+        src = region(local, _first_holder(local, sbox, path), sbox)
+        dst = buf[offset : offset + nbytes].view(src.dtype).reshape(src.shape)
+        np.copyto(dst, src)
+        if verify:
+            crcs.append(_crc(buf[offset : offset + nbytes]))
+        offset += nbytes
+    if verify:
+        buf[offset:] = np.array(crcs, dtype="<u4").view(np.uint8)
+    return buf
+
+
+def receive_buffer(
+    items: list[Item], receivers: dict[str, Local], verify: bool, pool: Any = None
+) -> tuple[np.ndarray, bool]:
+    """Where a bucket lands: the tensor's own memory (``True``) when it can, else a new buffer (``False``)."""
+    if len(items) == 1 and not verify:
+        _, _, path, rbox, _ = items[0]
+        holders = _distinct(receivers[path], receivers[path].holding(rbox))
+        if len(holders) == 1:
+            dst = region(receivers[path], holders[0], rbox)
+            if dst.flags.c_contiguous and dst.flags.writeable:
+                return dst.reshape(-1).view(np.uint8), True
+    size = sum(item[4] for item in items) + (4 * len(items) if verify else 0)
+    return (np.empty(size, dtype=np.uint8) if pool is None else pool(size)), False
+
+
+def unpack(items: list[Item], buf: np.ndarray, receivers: dict[str, Local], verify: bool, peer: int) -> None:
+    """Copy a received bucket's sub-boxes into every local device that holds them (checking CRCs with ``verify``)."""
+    offset = 0
+    crcs = buf[sum(item[4] for item in items) :].view("<u4") if verify else None
+    for i, (_, _, path, rbox, nbytes) in enumerate(items):
+        chunk = buf[offset : offset + nbytes]
+        if crcs is not None and _crc(chunk) != int(crcs[i]):
+            raise TransferError(
+                f"transfer: CRC-32C mismatch in {path!r} box {rbox} (offsets, sizes) received from rank {peer}",
+                paths=(path,),
+            )
+        local = receivers[path]
+        for index in _distinct(local, local.holding(rbox)):
+            dst = region(local, index, rbox)
+            np.copyto(dst, chunk.view(dst.dtype).reshape(dst.shape))
+        offset += nbytes
+
+
+def copy_local(items: list[Item], senders: dict[str, Local], receivers: dict[str, Local]) -> None:
+    """The pieces this rank holds as a sender and needs as a receiver: copied, never sent."""
+    for spath, sbox, rpath, rbox, _ in items:
+        src = region(senders[spath], _first_holder(senders[spath], sbox, spath), sbox)
+        for index in _distinct(receivers[rpath], receivers[rpath].holding(rbox)):
+            np.copyto(region(receivers[rpath], index, rbox), src)
+
+
+def _distinct(local: Local, indices: list[int]) -> list[int]:
+    """``indices`` without those whose array is one already listed (replicas handed over as one block)."""
+    seen: set[int] = set()
+    out = []
+    for i in indices:
+        if id(local.arrays[i]) not in seen:
+            seen.add(id(local.arrays[i]))
+            out.append(i)
+    return out
+
+
+def _crc(data: Any) -> int:
+    from ..checkpoint._crc import crc32c  # loaded only with verify=True; no cycle (checkpoint never imports transfer)
+
+    return crc32c(np.ascontiguousarray(data))

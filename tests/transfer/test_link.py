@@ -1,0 +1,174 @@
+"""``transfer.Link`` between processes on 127.0.0.1 over gloo (2-4 processes per scenario).
+
+Each worker (_worker.py) counts the bytes of every ``torch.distributed`` point-to-point call and
+collective it makes by wrapping torch's functions before the link exists; the test compares that
+count with the plan's floor, checks every received shard bit for bit against the NumPy oracle with
+its target layout, and checks that bad plans and dead or hung peers raise ``TransferError`` on every
+rank. Needs torch (and JAX for the JAX scenario): the ``checkpoint`` tox env.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKER = Path(__file__).with_name("_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="transfer.Link tests need torch (tox -e checkpoint)"
+)
+
+
+def _port() -> int:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+    finally:
+        s.close()
+
+
+def _run(scenario: str, world: int, *, expect_dead: int | None = None) -> dict[int, dict[str, Any]]:
+    port = str(_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "drivers"), env.get("PYTHONPATH", "")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), scenario, str(r), str(world), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(world)
+    ]
+    deadline = time.monotonic() + 240
+    outputs = []
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    results = {}
+    for r, (rc, out, err) in enumerate(outputs):
+        if r == expect_dead:
+            continue
+        line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+        assert rc == 0 and line is not None, f"{scenario} rank {r} (rc {rc}):\n{out[-3000:]}\n{err[-6000:]}"
+        results[r] = json.loads(line[len("RESULT ") :])
+    return results
+
+
+def _exact_bytes(case: dict[str, Any], rank: int) -> None:
+    """The worker's own count equals the plan: each rank sends and receives its plan share, receivers their floor."""
+    assert case["error"] is None, case["error"]
+    report = case["report"]
+    sent, received = report["per_rank"][str(rank)]
+    assert (case["sent"], case["received"]) == (sent, received), (rank, case)
+    assert case["received"] == report["floor_share"]  # the floor share, not a byte more
+    assert case["metadata"] == report["metadata_bytes"] > 0  # metadata counted apart, and reported
+    assert all(case.get("ok", {True: True}).values()), case["ok"]
+
+
+@pytest.fixture(scope="module")
+def torch4() -> dict[int, dict[str, Any]]:
+    return _run("torch4", 4)
+
+
+@pytest.mark.parametrize("case", ["rows_cols", "rows_cols_again", "dp_tp", "fsdp_tp"])
+def test_two_groups_move_exactly_the_floor_bit_exact(torch4: dict[int, dict[str, Any]], case: str) -> None:
+    for rank, result in torch4.items():
+        _exact_bytes(result[case], rank)
+    floor = torch4[2][case]["report"]["floor_bytes"]
+    assert floor > 0 and sum(torch4[r][case]["received"] for r in (2, 3)) == floor
+    assert sum(torch4[r][case]["sent"] for r in (0, 1)) == floor
+    assert all(torch4[r][case]["ok"] for r in (2, 3))
+    if case == "dp_tp":  # replicas spread: each of the two holders sends half
+        assert torch4[0][case]["sent"] == torch4[1][case]["sent"] == floor // 2
+    if case == "rows_cols_again":
+        assert all(torch4[r][case]["report"]["plan_reused"] for r in torch4)
+
+
+def test_colocated_ranks_copy_locally_and_fill_into_keeping_storage(torch4: dict[int, dict[str, Any]]) -> None:
+    for rank in (0, 1):
+        case = torch4[rank]["colocated"]
+        _exact_bytes(case, rank)
+        assert case["report"]["local_bytes"] > 0  # what a rank holds is copied, not sent
+        assert case["same_objects"] and case["storage_kept"]
+
+
+def test_verify_checks_a_crc_per_piece_and_names_path_and_box(torch4: dict[int, dict[str, Any]]) -> None:
+    for result in torch4.values():
+        case = result["verify"]
+        assert case["error"] is None and case["checksum_bytes"] > 0
+        assert case["sent"] + case["received"] > case["checksum_bytes"]  # data plus 4 bytes per sub-box
+    assert all(torch4[r]["verify"]["ok"] for r in (2, 3))
+    errors = [torch4[r]["corrupt"]["error"] for r in torch4]
+    assert all(e is not None for e in errors)  # rank 2's mismatch reaches every rank
+    assert "CRC-32C mismatch" in torch4[2]["corrupt"]["error"]["message"] and "box" in errors[2]["message"]
+    assert torch4[2]["corrupt"]["error"]["paths"][0] in ("w_f32", "w_bf16", "w_i32")
+
+
+def test_send_on_a_rank_in_both_sets_raises(torch4: dict[int, dict[str, Any]]) -> None:
+    for rank in (0, 1):
+        case = torch4[rank]["misuse"]
+        assert case["error"] is not None and "call link.sync" in case["error"]["message"]
+        assert case["sent"] == case["received"] == 0
+
+
+@pytest.mark.parametrize("case", ["missing", "dtype", "fused_sizes"])
+def test_bad_plans_fail_closed_on_every_rank_before_any_byte(torch4: dict[int, dict[str, Any]], case: str) -> None:
+    for result in torch4.values():
+        got = result[case]
+        assert got["error"] is not None, (case, got)
+        assert got["sent"] == got["received"] == 0
+    paths = {"missing": ["nope"], "dtype": ["w_f32"], "fused_sizes": ["qkv"]}[case]
+    assert all(r[case]["error"]["paths"] == paths for r in torch4.values())
+
+
+def test_torch_to_jax_numpy_and_jax_into() -> None:
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("needs jax (tox -e checkpoint)")
+    results = _run("jax", 3)
+    for case in ("to_jax", "to_numpy", "jax_into", "numpy_into"):
+        for rank, result in results.items():
+            _exact_bytes(result[case], rank)
+        assert results[2][case]["received"] == results[2][case]["report"]["floor_bytes"] > 0
+    assert results[2]["to_jax"]["jax_arrays"] and results[2]["jax_into"]["same_shardings"]
+    assert results[2]["numpy_into"]["same_objects"]  # NumPy components written in place
+
+
+def test_numpy_to_torch() -> None:
+    results = _run("numpy", 3)
+    for rank, result in results.items():
+        _exact_bytes(result["numpy_torch"], rank)
+    assert results[0]["numpy_torch"]["sent"] == results[0]["numpy_torch"]["report"]["floor_bytes"]
+
+
+@pytest.mark.parametrize("scenario", ["die", "hang"])
+def test_a_sender_dying_or_hanging_mid_transfer_makes_every_survivor_raise(scenario: str) -> None:
+    results = _run(scenario, 3, expect_dead=1)
+    assert sorted(results) == [0, 2]
+    for result in results.values():
+        assert result["error"] is not None and result["error"].startswith("transfer: rank")
+        # bounded by the link's timeout (10 s) plus start-up, far below the process group's own 120 s
+        assert result["seconds"] < result["timeout"] + 45, result
