@@ -46,6 +46,7 @@ from .._mesh import Mesh
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._hooks import DriverHooks, dtype_refusal
+from ._relayout_move import RelayoutMove
 
 __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue"]
 
@@ -487,7 +488,7 @@ class Driver(DriverHooks):
                     feature=Capability.RELAYOUT_ACROSS_MESHES,
                     value=layout,
                 )
-        result = self.native_relayout(tensor, layout, devices)
+        result = self.native_relayout_planned(tensor, self.relayout_move(tensor, layout, devices))
         if result is tensor:
             # The same object back: fine where it already has ``layout``. Where it differs only in
             # what the record restores (a mesh's name), the other handle's answer would change.
@@ -499,6 +500,21 @@ class Driver(DriverHooks):
                     value=layout,
                 )
         return self._record(result, layout)
+
+    @final
+    def relayout_move(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> RelayoutMove:
+        """What :meth:`relayout` hands :meth:`native_relayout_planned`: ``layout`` (validated, its mesh
+        bound to ``devices``), and the source layout read on first use: the front-end's record of
+        ``tensor``, else its native layout, on its concrete mesh."""
+
+        def read_source() -> Layout:
+            source = self.recorded_layout(tensor) or self._user_layout(self.native_fetch_layout(tensor))
+            mesh = source.require_mesh()
+            return source if mesh.devices is not None else Layout(source.axes, mesh.with_devices(self.bind_mesh(mesh)))
+
+        return RelayoutMove(
+            read_source, lambda: _canonical_dtype_name(tensor.dtype), layout, devices, self.shape_of(tensor)
+        )
 
     @final
     def fetch_layout(self, tensor: Any) -> Layout:
