@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,11 +83,13 @@ class Readers(ThreadWork):
             pieces=pieces,
         )
 
-    def _start(self, tl: TensorLoad) -> tuple[TensorLoad, list[np.ndarray[Any, Any]], list[Any]]:
+    def _start(self, tl: TensorLoad, given: Any = None) -> tuple[TensorLoad, list[np.ndarray[Any, Any]], list[Any]]:
         dtype = numpy_dtype(tl.saved.dtype)
         geo = tl.geometry
         shapes = [sizes for _, sizes in geo.boxes]
-        if geo.direct is not None and None not in geo.direct:
+        if given is not None:
+            outs = given  # the destination's own host memory (checkpoint._staging.host_views)
+        elif geo.direct is not None and None not in geo.direct:
             outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
         else:
             outs = _blocks(dtype, shapes)
@@ -97,11 +99,15 @@ class Readers(ThreadWork):
         parts = [None] if geo.reads is None else _piece_parts(geo.reads, self.threads)
         return tl, outs, [self.pool.submit(self._fill, tl, outs, part) for part in parts]
 
-    def read(self, plans: Sequence[TensorLoad]) -> Iterable[tuple[TensorLoad, list[np.ndarray[Any, Any]]]]:
+    def read(
+        self, plans: Sequence[TensorLoad], outs: Callable[[TensorLoad], Any] | None = None
+    ) -> Iterable[tuple[TensorLoad, list[np.ndarray[Any, Any]]]]:
         """Yield ``(tensor, its blocks per local position)`` for each of ``plans``, in order.
 
         The blocks are handed over: one array per distinct block, a replica's entry is the same
-        object, and the reader keeps no reference to them.
+        object, and the reader keeps no reference to them. ``outs(tensor)``, when given, may
+        return the arrays to fill per distinct block (the destination's own memory) instead of
+        new ones; it is called as the tensor's reads start.
 
         Raises:
             CheckpointError: as :func:`read_boxes` (or the source's decode); the first error in plan
@@ -115,7 +121,7 @@ class Readers(ThreadWork):
                 if ahead and beyond + size > _threads.AHEAD_BYTES:
                     break
                 beyond += size if ahead else 0
-                ahead.append((*self._start(plans[nxt]), size))
+                ahead.append((*self._start(plans[nxt], None if outs is None else outs(plans[nxt])), size))
                 nxt += 1
             tl, outs, futures, _ = ahead.popleft()
             beyond -= ahead[0][3] if ahead else 0

@@ -270,6 +270,50 @@ class DriverHooks(abc.ABC):
         """
         return self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
 
+    # ------------------------------------------------------------------------------------------
+    # Streaming loads (layoutcore.checkpoint._staging): file bytes straight into a tensor's memory,
+    # or through a small reused staging ring. Defaults: none of it (host blocks + native_fill).
+    # ------------------------------------------------------------------------------------------
+    def native_host_views(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> list[Any] | None:
+        """Per local position, a writable C-contiguous NumPy array over the block's own host memory.
+
+        The loader reads file bytes straight into these arrays (no host block, no copy). ``None``
+        (the default), or ``None`` for some position: the tensor's memory is not host memory the
+        loader may write that way (device memory, immutable arrays, strided views).
+        """
+        return None
+
+    def native_empty(
+        self, layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...], dtype: np.dtype
+    ) -> Any:
+        """A new distributed tensor of uninitialised memory that :meth:`native_write_rows` fills,
+        for a load of new tensors whose memory is not host memory (e.g. a GPU); ``None`` (the
+        default): new tensors are packed from host blocks (:meth:`native_pack_owned`)."""
+        return None
+
+    def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
+        """A reusable uint8 host buffer of ``nbytes`` that staged rows of ``tensor`` pass through
+        (torch on a GPU: pinned memory, so the copy to the device is a DMA). Default: ``np.empty``."""
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:
+        """Copy ``staged`` (C-contiguous, of the block's dtype, ``rows[1] - rows[0]`` rows of the
+        block's first axis and its whole trailing axes) into rows ``rows`` of local block ``index``.
+
+        Returns:
+            ``None`` when the copy is done on return, else a callable that waits for it: the
+            loader calls it before it reuses ``staged``'s memory.
+
+        Raises:
+            NotImplementedError: the default (the driver writes no rows: host blocks and
+            :meth:`native_fill` are used instead).
+        """
+        raise NotImplementedError
+
+    def native_write_done(self, tensor: Any) -> Any:
+        """Every :meth:`native_write_rows` into ``tensor`` has completed; return the tensor."""
+        return tensor
+
     @abc.abstractmethod
     def native_relayout(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
         """The same global value with another layout.
