@@ -100,12 +100,12 @@ class Readers(ThreadWork):
         return tl, outs, [self.pool.submit(self._fill, tl, outs, part) for part in parts]
 
     def read(
-        self, plans: Sequence[TensorLoad], outs: Callable[[TensorLoad], Any] | None = None
+        self, plans: Sequence[TensorLoad], dest: Callable[[TensorLoad], Any] | None = None
     ) -> Iterable[tuple[TensorLoad, list[np.ndarray[Any, Any]]]]:
         """Yield ``(tensor, its blocks per local position)`` for each of ``plans``, in order.
 
         The blocks are handed over: one array per distinct block, a replica's entry is the same
-        object, and the reader keeps no reference to them. ``outs(tensor)``, when given, may
+        object, and the reader keeps no reference to them. ``dest(tensor)``, when given, may
         return the arrays to fill per distinct block (the destination's own memory) instead of
         new ones; it is called as the tensor's reads start.
 
@@ -121,7 +121,7 @@ class Readers(ThreadWork):
                 if ahead and beyond + size > _threads.AHEAD_BYTES:
                     break
                 beyond += size if ahead else 0
-                ahead.append((*self._start(plans[nxt], None if outs is None else outs(plans[nxt])), size))
+                ahead.append((*self._start(plans[nxt], None if dest is None else dest(plans[nxt])), size))
                 nxt += 1
             tl, outs, futures, _ = ahead.popleft()
             beyond -= ahead[0][3] if ahead else 0

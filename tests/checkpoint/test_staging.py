@@ -186,3 +186,27 @@ def test_a_corrupt_chunk_mid_stream_names_tensor_and_file(
     out = checkpoint.load(path, into=into, verify=False)
     got = lc.to_numpy(out["w"])
     assert (got != values["w"]).sum() == 1
+
+
+@pytest.mark.parametrize("layout", [ROWS, COLS], ids=["rows", "cols"])
+def test_direct_into_reads_into_the_components_on_reader_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: Layout
+) -> None:
+    """C-contiguous NumPy components are filled in place by the reader threads, several tensors
+    read ahead of the one handed back (no fake driver: the NumPy driver's own host views)."""
+    from layoutcore.checkpoint import _reader, _threads
+
+    monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "2")
+    monkeypatch.setattr(_reader, "INLINE_BYTES", 0)  # every tensor on the reader threads
+    monkeypatch.setattr(_threads, "AHEAD_BYTES", 9 << 10)  # one tensor read ahead: reads start as others are handed back
+    rng = np.random.default_rng(5)
+    values = {f"t{i}": rng.standard_normal((64, 32)).astype(np.float32) for i in range(5)}
+    path = tmp_path / "ck"
+    checkpoint.save(path, {k: lc.distribute_tensor(v, ROWS, driver="numpy") for k, v in values.items()})
+    shapes = layout.local_shapes((64, 32))
+    into = {k: lc.pack([np.zeros(s, np.float32) for s in shapes], layout, global_shape=(64, 32)) for k in values}
+    before = {k: [np.asarray(c).ctypes.data for c in lc.unpack(t)] for k, t in into.items()}
+    out = checkpoint.load(path, into=into)
+    for k, v in values.items():
+        assert out[k] is into[k] and [np.asarray(c).ctypes.data for c in lc.unpack(out[k])] == before[k]
+        _check_blocks(out[k], v, layout)
