@@ -93,7 +93,9 @@ def _device() -> dict[str, Any]:
         except RuntimeError:
             gpus = []
         if gpus:
-            info.update(kind="gpu", name=info.get("name") if info["kind"] == "gpu" else gpus[0].device_kind, jax_gpu=True)
+            info.update(
+                kind="gpu", name=info.get("name") if info["kind"] == "gpu" else gpus[0].device_kind, jax_gpu=True
+            )
     return info
 
 
@@ -442,8 +444,15 @@ def main() -> None:
         ratio = best[a] / best[b] if kind == "ge" else best[b] / best[a]
         med = median[a] / median[b] if kind == "ge" else median[b] / median[a]
         met = ratio >= target if kind == "ge" else ratio <= target
-        rows[key] = {"bound": a, "contender": b, "ratio": round(ratio, 3), "median_ratio": round(med, 3),
-                     "target": target, "kind": kind, "met": met}
+        rows[key] = {
+            "bound": a,
+            "contender": b,
+            "ratio": round(ratio, 3),
+            "median_ratio": round(med, 3),
+            "target": target,
+            "kind": kind,
+            "met": met,
+        }
     gib = s.nbytes / 2**30
     result = {
         "benchmark": "bench_device_load",

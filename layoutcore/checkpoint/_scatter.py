@@ -17,6 +17,7 @@ on average; otherwise the caller's slab path runs.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -70,7 +71,7 @@ def _tiles(pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int
         copies.sort()
         if r0 != at or copies[0][0] != 0 or copies[-1][1] != shape[1]:
             return None
-        if any(x[1] != y[0] for x, y in zip(copies, copies[1:], strict=False)):
+        if any(x[1] != y[0] for x, y in itertools.pairwise(copies)):
             return None
         at = r1
         rows = np.arange(r1 - r0, dtype=np.uint64)[:, None]

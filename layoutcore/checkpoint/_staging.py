@@ -23,6 +23,8 @@ This module imports no framework: the drivers' hooks do the framework's part.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -166,7 +168,7 @@ def bands(tl: TensorLoad, verify: bool) -> list[Band]:
     out: list[Band] = []
     cuts = _cuts(tl, verify)
     lo = 0
-    for c0, c1 in zip(cuts, cuts[1:], strict=False):
+    for c0, c1 in itertools.pairwise(cuts):
         per_row = _row_bytes(tl, c0)
         if not per_row:
             if lo < c0:
@@ -193,9 +195,9 @@ def _checked_inside(tl: TensorLoad, c0: int, c1: int) -> bool:
         return False
     for pr in reads.pieces:
         piece = reads.tensor.pieces[pr.piece]
-        if piece.crc32c_at is not None and (pr.whole or pr.zero_padded):
-            if piece.start[0] <= c0 and c1 <= piece.start[0] + piece.shape[0]:
-                return True
+        checked = piece.crc32c_at is not None and (pr.whole or pr.zero_padded)
+        if checked and piece.start[0] <= c0 and c1 <= piece.start[0] + piece.shape[0]:
+            return True
     return False
 
 
@@ -336,10 +338,8 @@ class Stage:
                     task.cancel()
             for _, _, task in inflight:
                 if task is not None and not task.cancelled():
-                    try:
+                    with contextlib.suppress(Exception):  # the first error is already propagating
                         task.result()  # no reader may still write into the ring once we return
-                    except Exception:  # noqa: S110 - the first error is already propagating
-                        pass
             self.wait()
 
 

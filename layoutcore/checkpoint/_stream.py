@@ -63,7 +63,11 @@ def _first_holders(tl: TensorLoad) -> list[int]:
 
 
 def stream_into(
-    readers: Readers, plans: Sequence[TensorLoad], targets: Mapping[str, FillTarget], results: dict[str, Any], state: IntoState
+    readers: Readers,
+    plans: Sequence[TensorLoad],
+    targets: Mapping[str, FillTarget],
+    results: dict[str, Any],
+    state: IntoState,
 ) -> None:
     """Fill every tensor of ``plans`` into its :class:`FillTarget`; ``results[path]`` as each completes.
 

@@ -280,20 +280,37 @@ class DriverHooks(abc.ABC):
         The loader reads file bytes straight into these arrays (no host block, no copy). ``None``
         (the default), or ``None`` for some position: the tensor's memory is not host memory the
         loader may write that way (device memory, immutable arrays, strided views).
+
+        NumPy: writable views of C-contiguous components; torch: ``Tensor.numpy()`` of CPU local tensors.
+
+        Raises:
+            Nothing.
         """
         return None
 
     def native_empty(
         self, layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...], dtype: np.dtype
     ) -> Any:
-        """A new distributed tensor of uninitialised memory that :meth:`native_write_rows` fills,
-        for a load of new tensors whose memory is not host memory (e.g. a GPU); ``None`` (the
-        default): new tensors are packed from host blocks (:meth:`native_pack_owned`)."""
+        """A new distributed tensor of uninitialised device memory, for a load to fill with :meth:`native_write_rows`.
+
+        For tensors whose memory is not host memory (a GPU). ``None`` (the default): new tensors
+        are packed from host blocks (:meth:`native_pack_owned`). torch: ``torch.empty`` local
+        tensors on the GPU under ``nccl``.
+
+        Raises:
+            Nothing.
+        """
         return None
 
     def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
-        """A reusable uint8 host buffer of ``nbytes`` that staged rows of ``tensor`` pass through
-        (torch on a GPU: pinned memory, so the copy to the device is a DMA). Default: ``np.empty``."""
+        """A reusable uint8 host buffer of ``nbytes`` that staged rows of ``tensor`` pass through.
+
+        Default: ``np.empty``. torch on a GPU: pinned memory (``torch.empty(..., pin_memory=True)``),
+        so the copy to the device is a DMA.
+
+        Raises:
+            Nothing.
+        """
         return np.empty(nbytes, dtype=np.uint8)
 
     def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:
@@ -311,7 +328,11 @@ class DriverHooks(abc.ABC):
         raise NotImplementedError
 
     def native_write_done(self, tensor: Any) -> Any:
-        """Every :meth:`native_write_rows` into ``tensor`` has completed; return the tensor."""
+        """Called once every :meth:`native_write_rows` into ``tensor`` has completed; return the tensor.
+
+        Raises:
+            Nothing.
+        """
         return tensor
 
     @abc.abstractmethod

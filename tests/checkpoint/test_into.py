@@ -207,7 +207,9 @@ def test_a_failure_while_writing_lists_the_partly_written_tensor(
     monkeypatch.setattr(drv, hook, broken)
     with pytest.raises(CheckpointError, match=r"partly written: \['a'\]") as info:
         checkpoint.load(path, into=into)
-    assert info.value.tensor == "a" and isinstance(info.value.__cause__, RuntimeError if hook == "native_fill" else CheckpointError)
+    assert info.value.tensor == "a" and isinstance(
+        info.value.__cause__, RuntimeError if hook == "native_fill" else CheckpointError
+    )
     if hook == "native_write_rows":
         assert info.value.file is not None and "device lost" in str(info.value)
 

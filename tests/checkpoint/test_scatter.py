@@ -67,7 +67,9 @@ def test_scatter_reads_safetensors_columns_and_into(tmp_path: Path, spy: list[bo
     out = checkpoint.load(file, {"w": cols}, driver="numpy")
     assert spy and spy[0]
     _blocks_equal(out["w"], value, cols)
-    into = {"w": lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes(value.shape)], cols, global_shape=value.shape)}
+    into = {
+        "w": lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes(value.shape)], cols, global_shape=value.shape)
+    }
     filled = checkpoint.load(file, into=into)
     _blocks_equal(filled["w"], value, cols)
 

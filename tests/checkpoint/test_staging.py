@@ -11,6 +11,7 @@ layouts' pure shard math) would fail.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def test_into_through_the_ring_is_bit_exact_bounded_and_ordered(
     for index, shape in enumerate(shapes):
         rows = [r for _, i, r in bands_w if i == index]
         assert rows[0][0] == 0 and rows[-1][1] == shape[0]
-        assert all(a[1] == b[0] for a, b in zip(rows, rows[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(rows))
 
 
 def test_new_tensors_on_a_device_go_through_the_ring(
@@ -146,7 +147,7 @@ def test_bands_respect_checksummed_pieces_and_the_budget(tmp_path: Path, small_b
     """A band never splits a stored chunk whose checksum is checked; otherwise bands stay in budget."""
     from layoutcore.checkpoint._planner import plan, positions_of
 
-    path, values = _save(tmp_path, declared=True)
+    path, _ = _save(tmp_path, declared=True)
     with checkpoint.open(path) as src:
         (tl,) = plan(src, {"w": COLS}, lambda _, lay: positions_of(lay, None, None), only=["w"])
         reads = tl.geometry.reads
@@ -154,7 +155,7 @@ def test_bands_respect_checksummed_pieces_and_the_budget(tmp_path: Path, small_b
         for verify in (True, False):
             got = _staging.bands(tl, verify)
             assert got[0].lo == 0 and got[-1].hi == 256
-            assert all(a.hi == b.lo for a, b in zip(got, got[1:], strict=False))
+            assert all(a.hi == b.lo for a, b in itertools.pairwise(got))
             edges = {b.lo for b in got}
             for pr in reads.pieces:
                 piece = reads.tensor.pieces[pr.piece]
@@ -198,7 +199,9 @@ def test_direct_into_reads_into_the_components_on_reader_threads(
 
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", "2")
     monkeypatch.setattr(_reader, "INLINE_BYTES", 0)  # every tensor on the reader threads
-    monkeypatch.setattr(_threads, "AHEAD_BYTES", 9 << 10)  # one tensor read ahead: reads start as others are handed back
+    monkeypatch.setattr(
+        _threads, "AHEAD_BYTES", 9 << 10
+    )  # one tensor read ahead: reads start as others are handed back
     rng = np.random.default_rng(5)
     values = {f"t{i}": rng.standard_normal((64, 32)).astype(np.float32) for i in range(5)}
     path = tmp_path / "ck"
