@@ -13,6 +13,7 @@ from typing import Any
 
 from . import _foreign
 from ._meta import META, CheckpointInfo, _info_from_meta, _read_meta, _stored_geometry
+from ._planner import gc_paused
 from ._read_plan import StoredTensor
 from ._source import ReadPlan, Source
 from ._tree import rebuild
@@ -27,8 +28,9 @@ class LayoutcoreSource(Source):
     format = "layoutcore"
 
     def __init__(self, path: str) -> None:
-        meta, meta_bytes = _read_meta(path)
-        self._info = _info_from_meta(path, meta)
+        with gc_paused():  # parsing 10 000 tensors' metadata makes millions of objects and no cycle
+            meta, meta_bytes = _read_meta(path)
+            self._info = _info_from_meta(path, meta)
         super().__init__(path, self._info.tensors, metadata_bytes=meta_bytes)
         self._entries: dict[str, Any] = meta["tensors"]
         self._tree = meta["tree"]

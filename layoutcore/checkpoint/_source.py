@@ -9,7 +9,7 @@ driver (:mod:`layoutcore.driver._fill`: new tensors, or existing ones filled in 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,7 +178,7 @@ class Source:
             plans = plan(
                 self,
                 target,
-                lambda _, layout: positions_of(layout, devices, drv),
+                _positions_per_mesh(devices, drv),
                 granularity=granularity,
                 with_copies=False,
             )
@@ -193,7 +193,8 @@ class Source:
             floor += geo.floor_bytes
             total += geo.read_bytes
             tensors[tl.path] = (geo.read_bytes, geo.floor_bytes)
-            names = [tl.node + "/" + f if tl.node else f for f in geo.files]
+            prefix = tl.node + "/" if tl.node else ""
+            names = [prefix + f for f in geo.files]
             ranges = geo.ranges
             if len(ranges):
                 reads.extend(
@@ -248,7 +249,7 @@ class Source:
         drv = get_driver(driver)
         results = self._values()
         with gc_paused():
-            plans = plan(self, target, lambda _, layout: positions_of(layout, None, drv))
+            plans = plan(self, target, _positions_per_mesh(None, drv))
         _check_driver(drv, plans)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
@@ -323,3 +324,17 @@ def _check_driver(drv: Any, plans: list[TensorLoad]) -> None:
                 err.add_note(f"checkpoint.load: tensor {tl.path!r}")
                 raise
             raise LayoutError(f"checkpoint.load: tensor {tl.path!r}: {err}", value=err.value) from None
+
+
+def _positions_per_mesh(devices: Any, drv: Any) -> Callable[[str, Layout], list[int]]:
+    """:func:`positions_of` for the planner, computed once per mesh (a model has one or two meshes
+    and thousands of tensors: binding a mesh, or learning that it cannot be bound, costs a call each)."""
+    known: dict[Any, list[int]] = {}
+
+    def positions(_: str, layout: Layout) -> list[int]:
+        got = known.get(layout.mesh)
+        if got is None:
+            got = known[layout.mesh] = positions_of(layout, devices, drv)
+        return got
+
+    return positions
