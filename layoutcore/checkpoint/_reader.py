@@ -40,13 +40,26 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
     big allocation's pages are huge-page aligned). Where every chunk is read straight into its
     block, one allocation per block measured as fast or faster, and each block owns its memory.
     """
-    counts = [math.prod(s) for s in shapes]
-    flat = np.empty(sum(counts), dtype=dtype)
+    item = np.dtype(dtype).itemsize
+    sizes = [-(-math.prod(s) * item // ALIGN) * ALIGN for s in shapes]  # each block starts 64-byte aligned
+    flat = aligned_empty(sum(sizes))
     out, at = [], 0
-    for shape, n in zip(shapes, counts, strict=True):
-        out.append(flat[at : at + n].reshape(shape))
+    for shape, n in zip(shapes, sizes, strict=True):
+        out.append(flat[at : at + math.prod(shape) * item].view(dtype).reshape(shape))
         at += n
     return out
+
+
+#: Host blocks start at this alignment: JAX's CPU client then takes a NumPy block as its buffer
+#: without copying it (``jax.device_put`` of a 64-byte aligned array is zero-copy; measured, jax 0.10.2).
+ALIGN = 64
+
+
+def aligned_empty(nbytes: int) -> np.ndarray[Any, Any]:
+    """An uninitialised uint8 array of ``nbytes`` whose first byte is :data:`ALIGN`-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip : skip + nbytes]
 
 
 class Readers(ThreadWork):
@@ -90,7 +103,9 @@ class Readers(ThreadWork):
         if given is not None:
             outs = given  # the destination's own host memory (checkpoint._staging.host_views)
         elif geo.direct is not None and None not in geo.direct:
-            outs = [np.empty(sizes, dtype=dtype) for sizes in shapes]  # each chunk read straight into its block
+            outs = [  # each chunk read straight into its block
+                aligned_empty(math.prod(sizes) * dtype.itemsize).view(dtype).reshape(sizes) for sizes in shapes
+            ]
         else:
             outs = _blocks(dtype, shapes)
         if self.pool is None or geo.read_bytes < INLINE_BYTES:  # a thread hop costs more
