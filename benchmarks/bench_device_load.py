@@ -60,6 +60,9 @@ import numpy as np
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import peak_rss_growth
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
@@ -107,34 +110,6 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return "cpu"
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_growth(fn: Callable[[], Any]) -> int:
-    """Peak RSS during ``fn()`` minus RSS before it (the result is dropped after)."""
-    gc.collect()
-    peak, stop = [0], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.001)
-
-    base = _rss()
-    th = threading.Thread(target=sample)
-    th.start()
-    try:
-        out = fn()
-    finally:
-        stop.set()
-        th.join()
-    peak[0] = max(peak[0], _rss())
-    del out
-    return peak[0] - base
 
 
 def _evict(paths: list[Path]) -> None:
@@ -401,13 +376,13 @@ def main() -> None:
         }
         cold = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
         rss = {
-            "into_cols_noverify": _peak_rss_growth(ours["into_cols_noverify"]),
-            "into_cols": _peak_rss_growth(ours["into_cols"]),
-            "into_rows": _peak_rss_growth(ours["into_rows"]),
-            "load_new_cols_beyond_data": _peak_rss_growth(ours["load_new_cols"]) - s.nbytes,
+            "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
+            "into_cols": peak_rss_growth(ours["into_cols"]),
+            "into_rows": peak_rss_growth(ours["into_rows"]),
+            "load_new_cols_beyond_data": peak_rss_growth(ours["load_new_cols"]) - s.nbytes,
         }
         if "into_cols_torch" in frameworks:
-            rss["into_cols_torch"] = _peak_rss_growth(frameworks["into_cols_torch"])
+            rss["into_cols_torch"] = peak_rss_growth(frameworks["into_cols_torch"])
         del into
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -74,6 +74,14 @@ def small_bands(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_staging, "RING_BYTES", 64 << 10)
 
 
+@pytest.fixture
+def device(monkeypatch: pytest.MonkeyPatch, small_bands: None) -> FakeDevice:
+    """The NumPy driver turned into the fake device driver, with small bands."""
+    fake = FakeDevice()
+    fake.install(monkeypatch)
+    return fake
+
+
 def _values() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(3)
     return {
@@ -101,12 +109,11 @@ def _check_blocks(tensor: Any, value: np.ndarray, layout: Layout) -> None:
 @pytest.mark.parametrize("declared", [False, True])
 @pytest.mark.parametrize("layout", [ROWS, COLS, REP], ids=["rows", "cols", "replicated"])
 def test_into_through_the_ring_is_bit_exact_bounded_and_ordered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bands: None, threads: str, declared: bool, layout: Layout
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: FakeDevice, threads: str, declared: bool, layout: Layout
 ) -> None:
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_THREADS", threads)
     path, values = _save(tmp_path, declared)
-    fake = FakeDevice()
-    fake.install(monkeypatch)
+    fake = device
     into = {
         "w": lc.distribute_tensor(np.zeros_like(values["w"]), layout, driver="numpy"),
         "b": lc.distribute_tensor(np.zeros_like(values["b"]), Layout(("x",), MESH), driver="numpy"),
@@ -130,12 +137,9 @@ def test_into_through_the_ring_is_bit_exact_bounded_and_ordered(
         assert all(a[1] == b[0] for a, b in itertools.pairwise(rows))
 
 
-def test_new_tensors_on_a_device_go_through_the_ring(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bands: None
-) -> None:
+def test_new_tensors_on_a_device_go_through_the_ring(tmp_path: Path, device: FakeDevice) -> None:
     path, values = _save(tmp_path, declared=False)
-    fake = FakeDevice()
-    fake.install(monkeypatch)
+    fake = device
     out = checkpoint.load(path, {"w": COLS, "b": Layout((None,), MESH), "s": Layout((), MESH)}, driver="numpy")
     assert lc.fetch_layout(out["w"]) == COLS
     _check_blocks(out["w"], values["w"], COLS)
@@ -166,12 +170,9 @@ def test_bands_respect_checksummed_pieces_and_the_budget(tmp_path: Path, small_b
                 assert max(b.nbytes for b in got) <= _staging.BAND_BYTES
 
 
-def test_a_corrupt_chunk_mid_stream_names_tensor_and_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bands: None
-) -> None:
+def test_a_corrupt_chunk_mid_stream_names_tensor_and_file(tmp_path: Path, device: FakeDevice) -> None:
     path, values = _save(tmp_path, declared=False)
-    fake = FakeDevice()
-    fake.install(monkeypatch)
+    fake = device
     shard = sorted(p for p in (path / "w" / "c").rglob("*") if p.is_file())[2]  # a chunk in the middle
     data = bytearray(shard.read_bytes())
     data[10] ^= 0x01
