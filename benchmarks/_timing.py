@@ -3,6 +3,8 @@ and the peak-RSS sampler of the checkpoint benchmarks."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import os
 import statistics
@@ -52,6 +54,11 @@ def side_by_side(
     return {"native_s": n, "layoutcore_s": o, "ratio": o / n, "overhead_us": (o - n) * 1e6}
 
 
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -61,6 +68,7 @@ def peak_rss_growth(fn: Callable[[], Any]) -> int:
     """Peak resident memory while ``fn()`` runs (sampled from ``/proc/self/statm`` by a thread every
     millisecond) minus the resident memory before it, in bytes; ``fn``'s result is dropped after."""
     gc.collect()
+    _malloc_trim()  # freed memory glibc kept would otherwise serve fn's allocations without RSS growth
     peak, stop = [0], threading.Event()
 
     def sample() -> None:
