@@ -1,7 +1,9 @@
 """Regenerate the dtype support table of ``docs/dtypes.md`` from what each driver declares.
 
 Each driver's column is its ``Driver.supported_dtypes()``, read in that driver's own environment
-(one framework per process; JAX twice: with ``jax_enable_x64`` off, its default, and on). The part
+(one framework per process; JAX twice: with ``jax_enable_x64`` off, its default, and on); a dtype it
+does not hold but stores in another where the values fit exactly (``Driver.narrow_input``, JAX's
+64-bit dtypes without x64) reads "as <dtype> if exact". The part
 of ``docs/dtypes.md`` between the ``BEGIN dtype-table`` / ``END dtype-table`` markers is rewritten.
 Each driver's test suite checks its column against the declaration (``test_*_dtypes.py``), so a
 page out of date fails there. Run from the repository root::
@@ -42,17 +44,33 @@ import json, sys
 if {x64}:
     import jax
     jax.config.update("jax_enable_x64", True)
+import warnings
+import numpy as np
 import layoutcore as lc
-from layoutcore.driver import ALL_DTYPES
-print(json.dumps(sorted(lc.get_driver({driver!r}).supported_dtypes(), key=ALL_DTYPES.index)))
+from layoutcore.driver import ALL_DTYPES, dtype_name, numpy_dtype
+drv = lc.get_driver({driver!r})
+held = drv.supported_dtypes()
+narrowed = {{}}
+for name in ALL_DTYPES:
+    if name in held:
+        continue
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            narrowed[name] = dtype_name(drv.narrow_input(np.zeros(1, numpy_dtype(name)), name, "zeros").dtype)
+    except lc.UnsupportedLayoutError:
+        pass
+print(json.dumps([sorted(held, key=ALL_DTYPES.index), narrowed]))
 """
 
 
-def declared(python: str, driver: str, x64: bool) -> list[str]:
-    """``driver``'s declared dtypes, read by ``python`` in a fresh interpreter."""
+def declared(python: str, driver: str, x64: bool) -> tuple[list[str], dict[str, str]]:
+    """``driver``'s declared dtypes, and the dtype it narrows each other one to where the values fit
+    exactly (``Driver.narrow_input`` of zeros), read by ``python`` in a fresh interpreter."""
     program = _PROGRAM.format(driver=driver, x64=x64)
     done = subprocess.run([python, "-c", program], capture_output=True, text=True, timeout=300, check=True)
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+    held, narrowed = json.loads(done.stdout.strip().splitlines()[-1])
+    return list(held), dict(narrowed)
 
 
 def parse(page: str) -> dict[str, dict[str, str]]:
@@ -92,8 +110,11 @@ def main() -> int:
         if not Path(python).exists():
             print(f"gen_dtype_table: no {python}; keeping the {title!r} column", file=sys.stderr)
             continue
-        held = set(declared(python, driver, x64))
-        table[title] = {name: HELD if name in held else REFUSED for name in ALL_DTYPES}
+        held, narrowed = declared(python, driver, x64)
+        table[title] = {
+            name: HELD if name in held else (f"as {narrowed[name]} if exact" if name in narrowed else REFUSED)
+            for name in ALL_DTYPES
+        }
     return write_between(PAGE, BEGIN, END, "\n" + render(table) + "\n", check=args.check, script="gen_dtype_table.py")
 
 

@@ -23,6 +23,7 @@ from ._api import (
     unpack,
 )
 from ._config import ConfigurationError
+from ._dtypes import DtypeNarrowingWarning
 from ._errors import (
     AmbiguousLayoutError,
     CheckpointError,
@@ -64,6 +65,7 @@ __all__ = [
     "DeviceMesh",
     "DriverNotFoundError",
     "DriverUnavailableError",
+    "DtypeNarrowingWarning",
     "Layout",
     "LayoutError",
     "LayoutMap",

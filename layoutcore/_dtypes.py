@@ -11,7 +11,7 @@ dtype is asked for). Moving data never needs a dtype's arithmetic: :func:`int_vi
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -19,16 +19,20 @@ from ._errors import LayoutError
 
 __all__ = [
     "ALL_DTYPES",
+    "ML_DTYPES",
+    "NARROWED",
     "X64_DTYPES",
+    "Narrowing",
     "as_bits",
     "dtype_name",
     "int_view_dtype",
     "itemsize",
+    "narrow_exactly",
     "numpy_dtype",
     "random_values",
 ]
 
-#: The 17 canonical dtype names, in this order (the order of tables and test axes).
+#: The 18 canonical dtype names, in this order (the order of tables and test axes).
 ALL_DTYPES: Final[tuple[str, ...]] = (
     "bool",
     "int8",
@@ -47,10 +51,19 @@ ALL_DTYPES: Final[tuple[str, ...]] = (
     "complex128",
     "float8_e4m3fn",
     "float8_e5m2",
+    "float8_e8m0fnu",
 )
 
 #: The dtypes made of 64-bit numbers: what JAX with ``jax_enable_x64`` off would narrow.
 X64_DTYPES: Final[frozenset[str]] = frozenset({"int64", "uint64", "float64", "complex128"})
+
+#: The 32-bit dtype each of :data:`X64_DTYPES` narrows to (JAX's rule with ``jax_enable_x64`` off).
+NARROWED: Final[dict[str, str]] = {
+    "int64": "int32",
+    "uint64": "uint32",
+    "float64": "float32",
+    "complex128": "complex64",
+}
 
 _ITEMSIZE: Final[dict[str, int]] = {
     "bool": 1,
@@ -70,9 +83,12 @@ _ITEMSIZE: Final[dict[str, int]] = {
     "complex128": 16,
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
+    "float8_e8m0fnu": 1,
 }
 _INTEGERS: Final[frozenset[str]] = frozenset(n for n in _ITEMSIZE if n.startswith(("bool", "int", "uint")))
-_ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPES: Final[frozenset[str]] = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})
+#: ml_dtypes' names of the dtypes NumPy lacks (bfloat16 and the float8 types), for drivers' bit views.
+ML_DTYPES: Final[frozenset[str]] = _ML_DTYPES
 
 # Spellings other than the canonical names, lower-cased. "float"/"double" follow C, torch and
 # TF ("float" is 32 bits), not NumPy's np.dtype("float") (64 bits): a string names a C-like type;
@@ -105,6 +121,10 @@ _ALIASES: Final[dict[str, str]] = {
     "fp8_e4m3fn": "float8_e4m3fn",
     "e5m2": "float8_e5m2",
     "fp8_e5m2": "float8_e5m2",
+    "e8m0": "float8_e8m0fnu",
+    "fp8_e8m0": "float8_e8m0fnu",
+    "float8_e8m0": "float8_e8m0fnu",
+    "f8_e8m0": "float8_e8m0fnu",
 }
 
 # Framework dtype str forms: "torch.bfloat16", "<dtype: 'bfloat16'>" (TF),
@@ -254,7 +274,9 @@ def random_values(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarra
     if name == "bool":
         raw &= 1
     out = raw.view(dtype)
-    if name not in _INTEGERS:  # float kinds: the special values first, whatever the draw
+    if name == "float8_e8m0fnu":  # powers of two only: no sign, zero or infinity; its one NaN first
+        out[:1] = np.array([0xFF], np.uint8)[: len(out)].view(dtype)
+    elif name not in _INTEGERS:  # float kinds: the special values first, whatever the draw
         with np.errstate(all="ignore"):
             special = np.array([-0.0, np.nan, np.inf, -np.inf, 5e-324, 1.0], dtype=np.float64).astype(dtype)
         bits = as_bits(special)
@@ -267,3 +289,82 @@ def random_values(name: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarra
 def _check(name: str) -> None:
     if name not in _ITEMSIZE:
         raise LayoutError(f"unknown dtype name {name!r}: expected one of {', '.join(ALL_DTYPES)}", value=name)
+
+
+class DtypeNarrowingWarning(UserWarning):
+    """A 64-bit value was stored in its 32-bit dtype (:data:`NARROWED`) because every element fits
+    exactly (JAX with ``jax_enable_x64`` off); issued once per dtype and driver."""
+
+
+class Narrowing(NamedTuple):
+    """:func:`narrow_exactly`'s answer.
+
+    Attributes:
+        value: the array in its :data:`NARROWED` dtype, every element bit-exact; ``None`` where
+            some element does not fit.
+        first: ``None`` where every element fits; else the index (one int per axis, row-major
+            first) of the first element that does not.
+    """
+
+    value: np.ndarray[Any, Any] | None
+    first: tuple[int, ...] | None
+
+
+_LOW29: Final = np.uint64((1 << 29) - 1)  # float64 mantissa bits below float32's 23
+_MANT52: Final = np.uint64((1 << 52) - 1)
+
+
+def narrow_exactly(array: np.ndarray[Any, Any]) -> Narrowing:
+    """``array`` (int64, uint64, float64 or complex128) in its 32-bit dtype (:data:`NARROWED`) if
+    every element is exactly representable there, else the index of the first that is not.
+
+    Integers fit when in range. A float fits when its float32 value widens back to the same bits:
+    -0.0 and +/-inf fit, 0.1 and 1e300 and float64 subnormals do not. A NaN fits when float32
+    can carry its payload (the 29 low mantissa bits are zero); it keeps its sign, payload and
+    quiet bit (a signalling NaN stays signalling: the bits are moved, not converted). complex128
+    fits where both parts do. Shape ``array.shape``; any byte order.
+
+    Raises:
+        LayoutError: ``array``'s dtype is not one of :data:`X64_DTYPES`.
+    """
+    a = np.asarray(array)
+    name = dtype_name(a.dtype)
+    if name not in NARROWED:
+        raise LayoutError(f"narrow_exactly takes {', '.join(NARROWED)}; received dtype {name}", value=name)
+    if not a.dtype.isnative or not a.flags.c_contiguous:
+        a = a.astype(a.dtype.newbyteorder("="), order="C")
+    flat = a.reshape(-1)  # 1-d: 0-d comparisons would give scalars, not arrays
+    if name == "complex128":
+        out, fits = _narrow_floats(flat.view(np.float64))
+        value, ok = out.view(np.complex64), fits[0::2] & fits[1::2]
+    elif name == "float64":
+        value, ok = _narrow_floats(flat)
+    else:
+        info = np.iinfo(NARROWED[name])
+        if not flat.size or (flat.min() >= info.min and flat.max() <= info.max):  # two reductions: the common case
+            return Narrowing(flat.astype(NARROWED[name]).reshape(a.shape), None)
+        value, ok = flat, (flat >= info.min) & (flat <= info.max)
+    if ok.all():
+        return Narrowing(value.reshape(a.shape), None)
+    first = np.unravel_index(int(np.argmin(ok)), a.shape)
+    return Narrowing(None, tuple(int(i) for i in first))
+
+
+def _narrow_floats(x: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """float64 ``x`` (native, C-order) as float32, and where each element is exact (see narrow_exactly)."""
+    with np.errstate(all="ignore"):
+        out = x.astype(np.float32)  # round to nearest: exact where the value fits
+        # Widening is exact and astype keeps the sign of zero and infinity, so value equality is bit
+        # equality for every non-NaN element (compared in float64 without a widened copy).
+        fits = x == out
+    if fits.all():
+        return out, fits
+    nan = np.isnan(x)
+    if nan.any():  # NaNs by their bits: the hardware conversion would quiet a signalling NaN
+        payload = x.view(np.uint64)[nan]
+        fits[nan] = (payload & _LOW29) == 0
+        sign = (payload >> np.uint64(63)) << np.uint64(31)
+        out.view(np.uint32)[nan] = (sign | np.uint64(0x7F800000) | ((payload & _MANT52) >> np.uint64(29))).astype(
+            np.uint32
+        )
+    return out, fits

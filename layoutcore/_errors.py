@@ -8,6 +8,7 @@ for valid layouts a driver cannot express, ...). Each error keeps the offending 
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from ._capabilities import Capability, Feature, Limitation
@@ -29,8 +30,61 @@ __all__ = [
 _NO_VALUE: Any = object()
 
 
-class LayoutcoreError(Exception):
+class _PicklesByState:
+    """Mixin: an exception that pickles as its class, its ``args`` and its attributes.
+
+    ``BaseException.__reduce__`` rebuilds an exception as ``cls(*args)``, which fails for any
+    subclass with keyword-only constructor arguments (``CheckpointError(msg, path=...)``): the
+    unpickling ``TypeError`` then replaces the real error in ``multiprocessing``,
+    ``concurrent.futures`` and torch DCP's exception gathering. Here the copy is rebuilt without
+    calling ``__init__``: the class's ``__new__``, then ``args`` and ``__dict__`` restored as
+    they were, so every subclass (present or future) keeps its type, message and attributes.
+    An attribute that cannot be pickled (a framework object holding a lock, say) arrives as its
+    ``repr`` rather than failing the whole error.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {name: _Portable(item) for name, item in vars(self).items()}
+        return (_rebuild, (type(self), self.args, state))  # type: ignore[attr-defined]
+
+
+class _Portable:
+    """One attribute of a pickled error: pickled on its own, so one bad attribute degrades alone."""
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            return (pickle.loads, (pickle.dumps(self.item, protocol=pickle.HIGHEST_PROTOCOL),))
+        except Exception:  # any pickling failure: the attribute travels as text
+            return (str, (f"<unpicklable {type(self.item).__qualname__}: {_short_repr(self.item)}>",))
+
+
+def _short_repr(item: Any) -> str:
+    try:
+        text = repr(item)
+    except Exception:  # a repr that raises: say so rather than fail the error
+        return "(repr failed)"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    """The unpickled error: ``cls`` with ``args`` and attributes ``state``; ``__init__`` is not called."""
+    error = cls.__new__(cls, *args)
+    # the first builtin class's own __init__ (ImportError keeps ``msg``, the others ``args`` only)
+    builtin = next(base for base in cls.__mro__ if base.__module__ == "builtins")
+    builtin.__init__(error, *args)  # type: ignore[misc]  # the builtin base, not a subclass override
+    # copy.copy passes the wrappers themselves (only pickling reduces them to their items)
+    error.__dict__.update({name: item.item if isinstance(item, _Portable) else item for name, item in state.items()})
+    return error
+
+
+class LayoutcoreError(_PicklesByState, Exception):
     """Base class of every error raised by layoutcore.
+
+    Every subclass pickles (``pickle``, ``multiprocessing``, ``concurrent.futures``, torch DCP's
+    error gathering) to the same type, message and attributes, whatever its constructor takes.
 
     Attributes:
         value: the offending value, when there is one (else ``None``).
@@ -151,7 +205,7 @@ class UnmatchedPathError(LayoutError):
         self.near_misses = near_misses
 
 
-class UnmatchedPathWarning(UserWarning):
+class UnmatchedPathWarning(_PicklesByState, UserWarning):
     """No LayoutMap pattern matches a path and the map says ``on_missing="warn"``; it is replicated.
 
     Attributes:

@@ -33,13 +33,13 @@ __all__ = [
 ]
 
 #: Bytes per element of dtypes a plan may count but layoutcore does not move (outside ``_dtypes.ALL_DTYPES``).
-_OTHER_ITEMSIZE = {"int4": 1, "uint4": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1}
+_OTHER_ITEMSIZE = {"int4": 1, "uint4": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
 
 
 def dtype_name_and_itemsize(dtype: Any) -> tuple[str, int]:
     """A dtype's canonical name and its bytes per element, for any framework's dtype object or name.
 
-    The 17 dtypes layoutcore moves are named by :func:`layoutcore._dtypes.dtype_name` (``"half"`` and
+    The 18 dtypes layoutcore moves are named by :func:`layoutcore._dtypes.dtype_name` (``"half"`` and
     ``torch.float16`` are ``"float16"``), the one normaliser every module uses. Others (``int4``,
     the ``fnuz`` float8 kinds, NumPy's ``float128``) keep their own name, sized by their
     ``itemsize``/``size`` attribute or NumPy.

@@ -9,7 +9,7 @@ whitespace, one spelling per value, so equal specs give equal text and equal
 :attr:`TensorSpec.fingerprint`. Schema, version 1::
 
     {"chunking": "ceil",              # the shard rule: ceil(d / n) blocks, remainder last
-     "dtype": "bfloat16",             # one of the 17 canonical dtype names
+     "dtype": "bfloat16",             # one of the 18 canonical dtype names
      "format": "layoutcore.TensorSpec",
      "layout": {"axes": [["x", "y"], []],   # per tensor axis: mesh axis names, major to minor
                 "mesh": {"axis_names": ["x", "y"], "devices": null | ["CPU:0", ...],
@@ -55,7 +55,7 @@ def canonical_dtype(dtype: Any) -> str:
     """The canonical name (``"bfloat16"``, ``"float32"``, ...) of a dtype or dtype name.
 
     Raises:
-        LayoutError: not one of the 17 dtypes layoutcore moves (``ALL_DTYPES``).
+        LayoutError: not one of the 18 dtypes layoutcore moves (``ALL_DTYPES``).
     """
     try:
         return dtype_name(dtype)

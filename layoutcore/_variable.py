@@ -103,11 +103,12 @@ class Variable(HoldsValue):
 
         The variable keeps its dtype (docs/design.md#data-functions-made-precise): a value of another dtype is cast to it where
         NumPy's ``same_kind`` rule allows (``int64`` into ``float32``, ``float64`` into
-        ``float32``), else refused.
+        ``float32``; integers into a narrower integer only where each fits), else refused.
 
         Raises:
             LayoutMismatchError: ``value`` is distributed with another layout, or has a dtype that
-                ``same_kind`` does not cast to the variable's (``float32`` into ``int32``).
+                ``same_kind`` does not cast to the variable's (``float32`` into ``int32``), or an
+                integer that does not fit the variable's integer dtype (``2**40`` into ``int32``).
             LayoutError: ``value`` has another global shape, or is no array.
         """
         if isinstance(value, Variable):
@@ -162,6 +163,18 @@ class Variable(HoldsValue):
             )
         drv = self._driver
         host = drv.to_numpy(value) if drv.is_distributed(value) else np.asarray(value)
+        if mine.kind in "iu" and theirs.kind in "iu" and host.size:
+            # same_kind lets int64 into int32, where NumPy wraps what does not fit: a changed value, refused
+            info = np.iinfo(mine)
+            outside = (host < info.min) | (host > info.max)
+            if outside.any():
+                first = tuple(int(i) for i in np.argwhere(outside)[0])
+                raise LayoutMismatchError(
+                    f"Cannot assign to {self._name()} of dtype {mine}: element {first} is {host[first].item()!r}, "
+                    f"outside {mine}'s range [{info.min}, {info.max}]. Cast it first.",
+                    expected=mine,
+                    actual=theirs,
+                )
         return host.astype(mine)
 
     def _name(self) -> str:
@@ -210,7 +223,7 @@ def _numpy_dtype(dtype: Any) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     known = known_dtype_name(dtype)
-    if known is not None:  # one of the 17: ml_dtypes' bfloat16/float8 included
+    if known is not None:  # one of the 18: ml_dtypes' bfloat16/float8 included
         return numpy_dtype(known)
     try:
         return np.dtype(dtype_name(dtype))

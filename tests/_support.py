@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The DTensor guide's devices.
 DEVICES6 = [f"CPU:{i}" for i in range(6)]
 
@@ -9,3 +11,25 @@ DEVICES6 = [f"CPU:{i}" for i in range(6)]
 def FULL(index: int) -> str:
     """TF's full name of local CPU ``index``."""
     return f"/job:localhost/replica:0/task:0/device:CPU:{index}"
+
+
+#: What rich reads from the environment to choose colour, terminal mode and size.
+_RICH_ENV = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES", "TERM", "COLORTERM")
+
+
+def plain_console_env(columns: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with rich told to write plain text ``columns``
+    wide, whatever terminal runs the tests (``FORCE_COLOR``, ``COLUMNS`` and friends replaced)."""
+    import os
+
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _RICH_ENV}
+    env.update(TTY_COMPATIBLE="0", COLUMNS=str(columns), NO_COLOR="1")
+    return env
+
+
+def plain_console(monkeypatch: Any, columns: int) -> None:
+    """The CLI tests' console, in this process: plain text ``columns`` wide (see :func:`plain_console_env`)."""
+    for name in _RICH_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in plain_console_env(columns, {}).items():
+        monkeypatch.setenv(name, value)

@@ -17,7 +17,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from _support import FULL
+from _support import FULL, plain_console, plain_console_env
 
 import layoutcore
 from layoutcore import Layout, Mesh
@@ -30,8 +30,9 @@ Grid = tuple[str, list[list[str]]]
 
 @pytest.fixture(autouse=True)
 def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """rich wraps at $COLUMNS when not on a terminal; wide enough that no cell or string wraps."""
-    monkeypatch.setenv("COLUMNS", "240")
+    """rich wraps at $COLUMNS when not on a terminal; wide enough that no cell or string wraps, and
+    plain text whatever terminal (FORCE_COLOR, TTY_COMPATIBLE) runs the tests."""
+    plain_console(monkeypatch, 240)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -582,9 +583,7 @@ def _script() -> Path:
 
 
 def _subprocess_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYOUTCORE_")}
-    env["COLUMNS"] = "240"
-    return env
+    return plain_console_env(240, {k: v for k, v in os.environ.items() if not k.startswith("LAYOUTCORE_")})
 
 
 def test_console_script_version_show_and_errors() -> None:

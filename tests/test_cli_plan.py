@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _support import plain_console
 
 from layoutcore.cli._main import main
 
@@ -32,7 +33,8 @@ VARIABLES = {
 
 @pytest.fixture(autouse=True)
 def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
+    """Plain text 200 columns wide, whatever terminal runs the tests (cells never wrap)."""
+    plain_console(monkeypatch, 200)
 
 
 def _files(tmp_path: Path, rules: object = RULES, variables: object = VARIABLES) -> tuple[str, str]:

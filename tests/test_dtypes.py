@@ -40,12 +40,13 @@ ORACLE = {
     "complex128": np.dtype(np.complex128),
     "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 
 
 def test_all_dtypes_is_the_fixed_list() -> None:
     assert tuple(ORACLE) == ALL_DTYPES
-    assert len(set(ALL_DTYPES)) == 17
+    assert len(set(ALL_DTYPES)) == 18
     assert {n for n in ALL_DTYPES if ORACLE[n].itemsize == 8 and ORACLE[n].kind != "c"} | {"complex128"} == set(
         X64_DTYPES
     )
@@ -187,3 +188,14 @@ def test_random_values_have_the_dtype_shape_and_special_bits(name: str) -> None:
         assert set(np.unique(a.view(np.uint8))) == {0, 1}
     if name.startswith(("float", "bfloat")) and name != "float8_e4m3fn":
         assert np.isnan(a.astype(np.float64)).any()  # 512 random patterns include NaNs
+
+
+def test_float8_e8m0fnu_values_are_powers_of_two_and_its_nan() -> None:
+    """MX block scales: 2**(bits - 127) for bits 0..254, NaN at 0xFF; random_values starts with the NaN."""
+    bits = np.arange(256, dtype=np.uint8)
+    values = bits.view(numpy_dtype("float8_e8m0fnu")).astype(np.float64)
+    assert [float(v) for v in values[:255]] == [2.0 ** (b - 127) for b in range(255)]
+    assert np.isnan(values[255])
+    drawn = random_values("float8_e8m0fnu", (4, 8), seed=3)
+    assert drawn.view(np.uint8)[0, 0] == 0xFF and len(np.unique(drawn.view(np.uint8))) > 16
+    assert dtype_name("e8m0") == dtype_name("torch.float8_e8m0fnu") == "float8_e8m0fnu"

@@ -122,6 +122,7 @@ def _violations(package: Path) -> list[str]:
         "layoutcore.propagation",
         "layoutcore.driver",
         "layoutcore.numpy",
+        "layoutcore.checkpoint",
     )
     public = {m: set(getattr(importlib.import_module(m), "__all__", ())) for m in public_modules}
     problems = []

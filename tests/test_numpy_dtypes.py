@@ -109,6 +109,6 @@ def test_the_default_reason_names_what_the_driver_holds() -> None:
 
 @pytest.mark.parametrize("value", [np.zeros(4, "datetime64[s]"), np.array(["a", "b", "c", "d"])])
 def test_dtypes_outside_the_17_are_the_drivers_business(value: Any) -> None:
-    """The gate knows the 17 only: the NumPy driver holds text and dates as NumPy does."""
+    """The gate knows the 18 only: the NumPy driver holds text and dates as NumPy does."""
     layout = lc.Layout(("x",), lc.Mesh((4,), ("x",)))
     np.testing.assert_array_equal(lc.to_numpy(lc.distribute_tensor(value, layout, driver="numpy")), value)

@@ -173,6 +173,19 @@ def test_assign_refuses_what_same_kind_cannot_cast(variable_dtype: type, value: 
     assert v.numpy().tolist() == [0] * 6  # unchanged
 
 
+def test_assign_refuses_an_integer_that_the_variables_integer_dtype_would_wrap() -> None:
+    """same_kind casts int64 into int32, and NumPy's astype wraps 2**40 to 0: a changed value, so refused
+    (a JAX int32 Variable made from np.arange narrowed without x64 meets this first)."""
+    v = Variable(np.zeros(6, np.int32), Layout(["x"], MESH6))
+    v.assign(np.arange(6, dtype=np.int64) - 2**31 + 6)  # fits: taken
+    assert v.numpy().dtype == np.int32 and v.numpy().tolist() == [i - 2**31 + 6 for i in range(6)]
+    with pytest.raises(LayoutMismatchError, match=r"element \(3,\) is 1099511627776"):
+        v.assign(np.array([0, 1, 2, 2**40, 4, 5], np.int64))
+    with pytest.raises(LayoutMismatchError, match=r"element \(0,\) is 300"):
+        Variable(np.zeros(6, np.uint8), Layout(["x"], MESH6)).assign(np.full(6, 300, np.uint16))
+    assert v.numpy().tolist() == [i - 2**31 + 6 for i in range(6)]  # unchanged
+
+
 def test_assign_refuses_what_is_no_array() -> None:
     v = Variable(np.zeros(2))
     with pytest.raises(LayoutError):

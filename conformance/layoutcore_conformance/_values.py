@@ -1,10 +1,12 @@
-"""The value space: the 17 dtypes, values that expose narrowing, and bitwise comparison.
+"""The value space: the 18 dtypes, values that expose narrowing, and bitwise comparison.
 
 A driver declares the dtypes it holds (``Driver.supported_dtypes``); the suite takes the expected
 refusals from that declaration, never from trying. For every dtype, :func:`dtype_values` builds a
 global value whose bits a narrowing, a widening or an arithmetic detour would change: NaN payloads,
 +/-inf and -0.0 for floats, the extremes for integers (``2**40`` in int64, ``2**63 + 1`` in uint64,
-``-2**31`` in int32, ...), subnormals and random bit patterns elsewhere. :func:`assert_device_bits` compares
+``-2**31`` in int32, ...), subnormals and random bit patterns elsewhere; ``float8_e8m0fnu`` (MX block
+scales: powers of two, no sign, zero or infinity) is random bit patterns after its one NaN, ``0xFF``.
+:func:`assert_device_bits` compares
 each device's data with its oracle slice bit for bit (unsigned integer views), so a NaN equals itself
 and ``-0.0`` differs from ``0.0``.
 """

@@ -107,7 +107,7 @@ def _header_lines() -> list[str]:
 
 
 def _dtype_line(driver: lc.Driver) -> str:
-    """The dtypes the driver declares and, of the 17, those whose refusal the suite checks."""
+    """The dtypes the driver declares and, of the 18, those whose refusal the suite checks."""
     hook = getattr(driver, "supported_dtypes", None)
     if hook is None:
         return "(none declared: the dtype tests fail)"

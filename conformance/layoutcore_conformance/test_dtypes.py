@@ -1,4 +1,4 @@
-"""The dtype axis: every data function that moves data, over the 17 dtypes (``docs/design.md#dtypes``).
+"""The dtype axis: every data function that moves data, over the 18 dtypes (``docs/design.md#dtypes``).
 
 Each test runs once per canonical dtype (``bool`` ... ``float8_e5m2``). A dtype the driver declares in
 ``Driver.supported_dtypes`` must come through bit for bit: each device's data (read by the adapter, the

@@ -4,6 +4,9 @@ Every function imports JAX lazily, so importing this module costs nothing until 
 Mesh and layout conversions are cached on the hashable layoutcore values (and on the hashable
 JAX values for the reverse direction), because every data call of the driver goes through them.
 
+Dtypes: with ``jax_enable_x64`` off, :func:`narrowed_exactly` stores a 64-bit value in 32 bits
+where every element fits exactly, and refuses it typed otherwise (the driver's ``narrow_input``).
+
 Axis types: :func:`to_jax_mesh` builds ``Auto`` axes by default, the type
 ``jax.sharding.Mesh(...)`` and keras' JAX backend build. See the JAX driver page for why.
 """
@@ -11,11 +14,23 @@ Axis types: :func:`to_jax_mesh` builds ``Auto`` axes by default, the type
 from __future__ import annotations
 
 import functools
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from layoutcore import Layout, LayoutError, Mesh
-from layoutcore.driver import canonical_devices
+import numpy as np
+
+from layoutcore import DtypeNarrowingWarning, Layout, LayoutError, Mesh, UnsupportedLayoutError
+from layoutcore.driver import (
+    NARROWED,
+    X64_DTYPES,
+    Limitation,
+    as_bits,
+    canonical_devices,
+    dtype_name,
+    narrow_exactly,
+)
 
 from ._runtime import configure_cpu_devices
 
@@ -31,9 +46,13 @@ __all__ = [
     "from_jax_sharding",
     "from_named_sharding",
     "from_partition_spec",
+    "narrowed_exactly",
     "to_jax_mesh",
     "to_named_sharding",
     "to_partition_spec",
+    "warn_narrowed",
+    "x64_remedies",
+    "x64_request",
 ]
 
 #: Mesh axis name of the one-device mesh that a ``SingleDeviceSharding`` converts to.
@@ -272,3 +291,81 @@ def from_jax_sharding(sharding: Any, ndim: int) -> Layout:
 @functools.lru_cache(maxsize=1024)
 def _single_device_layout(device: jax.Device, ndim: int) -> Layout:
     return Layout([None] * ndim, Mesh((1,), (SINGLE_DEVICE_AXIS,), devices=[device]))
+
+
+# -- 64-bit values with jax_enable_x64 off (docs/dtypes.md#no-silent-narrowing-jax-and-jax_enable_x64) --
+def x64_remedies(name: str) -> str:
+    """The two ways out for a 64-bit ``name`` that JAX without x64 cannot hold, for error messages."""
+    return (
+        '64-bit values need jax.config.update("jax_enable_x64", True) before arrays are made; or cast '
+        f"the value to a 32-bit dtype first (e.g. x.astype(np.{NARROWED[name]}))"
+    )
+
+
+def narrowed_exactly(value: Any, name: str, what: str) -> np.ndarray:
+    """``value`` (of 64-bit dtype ``name``) in its 32-bit dtype where every element fits exactly.
+
+    Raises:
+        UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming ``name``, ``what``, the first
+            element that would change (its index, its value and a NaN's bits) and the remedies.
+    """
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    narrowed = narrow_exactly(array)
+    if narrowed.value is not None:
+        return narrowed.value
+    assert narrowed.first is not None
+    raise UnsupportedLayoutError(
+        f"The jax driver does not hold dtype {name} with jax_enable_x64 off, and {what} does not fit "
+        f"{NARROWED[name]} exactly: element {narrowed.first} is {_element(array, narrowed.first)}, which "
+        f"{NARROWED[name]} would change. {x64_remedies(name)}.",
+        driver="jax",
+        feature=Limitation.DTYPE,
+        value=name,
+    )
+
+
+def warn_narrowed(name: str) -> None:
+    """The :class:`~layoutcore.driver.DtypeNarrowingWarning` for ``name``, at the user's line."""
+    warnings.warn(
+        DtypeNarrowingWarning(
+            f"The jax driver stores {name} values as {NARROWED[name]}, as jax.device_put does with "
+            f"jax_enable_x64 off; every value fits exactly (values that do not are refused). Said once "
+            f"per dtype. Enable jax_enable_x64 to keep {name}, or cast to {NARROWED[name]} first."
+        ),
+        stacklevel=_caller_level(),
+    )
+
+
+def _element(array: np.ndarray, index: tuple[int, ...]) -> str:
+    """``array[index]`` for an error message, with its bits where it is a NaN (payloads differ)."""
+    item = array[index]
+    text = repr(item.item()) if isinstance(item, np.generic) else repr(item)
+    if array.dtype.kind in "fc" and np.isnan(item):
+        text += f" (bits {' '.join(f'0x{int(b):016x}' for b in np.atleast_1d(as_bits(np.asarray(item))))})"
+    return text
+
+
+def _caller_level() -> int:
+    """``warnings.warn``'s stacklevel, called from the function that warns, of the first frame outside
+    layoutcore and its drivers (the user's line)."""
+    frame, level = sys._getframe(1), 1  # the warning function itself is stacklevel 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("layoutcore"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def x64_request(leaf: Any) -> str | None:
+    """The 64-bit dtype a ``call_with_layout`` argument explicitly asks for (``np.int64``, ``jnp.float64``,
+    ``np.dtype("complex128")``, ``"float64"``), else None. Python's ``int``/``float`` types ask for JAX's
+    default dtype, which is no request for 64 bits; 64-bit NumPy arrays are values (narrowed exactly or refused)."""
+    # np.dtype("int64"), "float64", or a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
+    request = isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES)
+    if not request and not (
+        isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype")
+    ):
+        return None
+    try:
+        name = dtype_name(leaf)
+    except LayoutError:
+        return None
+    return name if name in X64_DTYPES else None

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import ALL_DTYPES, X64_DTYPES, Capability, Driver, Limitation, LRUCache, as_bits, dtype_name
+from layoutcore.driver import (
+    ALL_DTYPES,
+    ML_DTYPES,
+    NARROWED,
+    X64_DTYPES,
+    Capability,
+    Driver,
+    Limitation,
+    LRUCache,
+    ProcessGroup,
+)
 
 from . import _relayout
 from ._convert import (
@@ -20,6 +30,10 @@ from ._convert import (
     from_jax_mesh,
     from_jax_sharding,
     from_partition_spec,
+    narrowed_exactly,
+    warn_narrowed,
+    x64_remedies,
+    x64_request,
 )
 
 if TYPE_CHECKING:
@@ -40,12 +54,9 @@ _COPY_BELOW_BYTES = 1 << 20
 # NumPy dtype kinds a jax.Array cannot hold: objects, str, bytes, datetime, timedelta; and void
 # (records), except ml_dtypes' bfloat16 and float8, whose kind is "V" too.
 _NOT_JAX_KINDS = "OUSVMm"
-_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPE_NAMES = ML_DTYPES
 _ALL = frozenset(ALL_DTYPES)
 _WITHOUT_X64 = _ALL - X64_DTYPES
-#: The 32-bit dtype a Python number's 64-bit NumPy dtype narrows to when jax_enable_x64 is off.
-_NARROW = {"int64": np.int32, "uint64": np.uint32, "float64": np.float32, "complex128": np.complex64}
-_PYTHON_VALUES = (list, tuple, bool, int, float, complex)
 
 
 def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
@@ -67,38 +78,6 @@ def _jax_numpy(value: np.ndarray, what: str) -> np.ndarray:
     if not dtype.isnative:  # big-endian data: the same numbers in this machine's byte order
         return value.astype(dtype.newbyteorder("="))
     return value
-
-
-def _narrow_python_value(array: np.ndarray) -> np.ndarray:
-    """A nested list's or Python number's 64-bit array in 32 bits where that loses nothing (every value,
-    NaN and -0.0 included, comes back bit for bit), as JAX itself types Python numbers without x64;
-    else unchanged, for the front-end to refuse by :meth:`JaxDriver.supported_dtypes`."""
-    narrow = _NARROW.get(array.dtype.name)
-    if narrow is None:
-        return array
-    with np.errstate(all="ignore"):
-        candidate: np.ndarray = array.astype(narrow)
-        back = candidate.astype(array.dtype)
-    return candidate if np.array_equal(as_bits(back), as_bits(array)) else array
-
-
-def _x64_request(leaf: Any) -> str | None:
-    """The 64-bit dtype a ``call_with_layout`` argument asks for (a 64-bit NumPy array, or a dtype:
-    ``np.int64``, ``jnp.float64``, ``np.dtype("complex128")``, ``"float64"``), else None. Python's
-    ``int``/``float`` types ask for JAX's default dtype, which is no request for 64 bits."""
-    if isinstance(leaf, np.ndarray):
-        dtype: Any = leaf.dtype
-    elif isinstance(leaf, np.dtype) or (isinstance(leaf, str) and leaf in X64_DTYPES):
-        dtype = leaf
-    elif isinstance(leaf, type) and leaf not in (bool, int, float, complex) and hasattr(leaf, "dtype"):
-        dtype = leaf  # a NumPy or JAX scalar type (jnp.float64 is JAX's own class)
-    else:
-        return None
-    try:
-        name = dtype_name(dtype)
-    except LayoutError:
-        return None
-    return name if name in X64_DTYPES else None
 
 
 def _short(value: Any) -> str:
@@ -180,6 +159,7 @@ class JaxDriver(Driver):
         self._compiled = LRUCache[Any, Any](_CACHE_SIZE)
         # Layouts this driver applied to tracers (the front-end keeps no records for traced values).
         self._traced: dict[int, tuple[weakref.ref[Any], Layout]] = {}
+        self._narrowed: set[str] = set()  # dtypes whose narrowing this driver has warned about
 
     # -- conversions (cached on the hashable values) --------------------------------------------
     def named_sharding(self, layout: Layout) -> NamedSharding:
@@ -258,11 +238,8 @@ class JaxDriver(Driver):
 
     def prepare_input(self, value: Any) -> Any:
         """``jax.Array`` passes; NumPy arrays, nested lists, scalars and other frameworks' CPU tensors
-        (through ``__array__``) become NumPy arrays JAX takes.
-
-        With ``jax_enable_x64`` off, Python numbers (nested lists, scalars) that NumPy makes 64-bit
-        become 32-bit where every value survives exactly (JAX's own typing of Python numbers), and
-        stay 64-bit otherwise, for the front-end to refuse; a NumPy array or tensor keeps its dtype.
+        (through ``__array__``) become NumPy arrays JAX takes, of their own dtype (a 64-bit one
+        without ``jax_enable_x64`` is the front-end's to narrow or refuse: :meth:`narrow_input`).
 
         Raises:
             UnsupportedLayoutError: a dtype JAX cannot hold (``feature=Limitation.DTYPE``).
@@ -271,23 +248,39 @@ class JaxDriver(Driver):
             return value
         if isinstance(value, np.ndarray):
             return _jax_numpy(value, "the value")
-        array = _jax_numpy(np.asarray(value), "the value")
-        if isinstance(value, _PYTHON_VALUES) and not self._jax.config.jax_enable_x64:
-            return _narrow_python_value(array)
-        return array
+        return _jax_numpy(np.asarray(value), "the value")
+
+    def narrow_input(self, value: Any, name: str, what: str) -> Any:
+        """With ``jax_enable_x64`` off, a 64-bit value in JAX's 32-bit dtype (``jax.device_put``'s rule)
+        where every element fits exactly (``narrow_exactly``: integers in range, floats and NaN
+        payloads bit for bit, complex per part), with a :class:`~layoutcore.driver.DtypeNarrowingWarning`
+        the first time for each dtype.
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``: an element would change (naming the
+                dtype, the first such element and its index, and the remedies), or ``name`` is not
+                a 64-bit dtype narrowed here.
+        """
+        if name not in X64_DTYPES or self._jax.config.jax_enable_x64:
+            raise self.dtype_refusal(name)
+        out = narrowed_exactly(value, name, what)
+        if name not in self._narrowed:
+            self._narrowed.add(name)
+            warn_narrowed(name)
+        return out
 
     def supported_dtypes(self) -> frozenset[str]:
-        """All 17 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
-        float64 and complex128, which JAX would store in 32 bits. Read at every call: the flag
-        can change while the driver lives."""
+        """All 18 with ``jax_enable_x64`` on; with it off (JAX's default), all but int64, uint64,
+        float64 and complex128, which JAX stores in 32 bits (a value of them whose every element
+        fits is narrowed: :meth:`narrow_input`). Read at every call: the flag can change while
+        the driver lives."""
         return _ALL if self._jax.config.jax_enable_x64 else _WITHOUT_X64
 
     def unsupported_dtype_reason(self, name: str) -> str:
         if name in X64_DTYPES:
             return (
-                f"with jax_enable_x64 off JAX stores {name} values in 32 bits, which would change them. Enable "
-                '64-bit values with jax.config.update("jax_enable_x64", True) before making arrays, or cast the '
-                f"value to a 32-bit dtype first (e.g. x.astype(np.{_NARROW[name].__name__}))"
+                f"with jax_enable_x64 off JAX stores {name} values in {NARROWED[name]}, which may change them; "
+                f"{x64_remedies(name)}"
             )
         return super().unsupported_dtype_reason(name)
 
@@ -440,6 +433,19 @@ class JaxDriver(Driver):
         return out
 
     # -- optional hooks --------------------------------------------------------------------------
+    def process_group(self) -> ProcessGroup:
+        """``jax.distributed``'s processes; the barrier is ``multihost_utils.sync_global_devices``, which
+        fails when JAX's coordination service sees a peer die (it takes no timeout of its own)."""
+        if not self._multiprocess:
+            return super().process_group()
+        from jax.experimental import multihost_utils
+
+        def barrier(tag: str, timeout_s: float) -> None:
+            del timeout_s  # sync_global_devices takes none; a dead peer fails it through the coordination service
+            multihost_utils.sync_global_devices(tag)
+
+        return ProcessGroup(self._process_index, self._jax.process_count(), barrier, self.name)
+
     def local_positions(self, mesh: Mesh, devices: tuple[str, ...]) -> Sequence[int]:
         """Mesh positions of this process's devices (all of them in a single-process run)."""
         if not self._multiprocess:
@@ -471,22 +477,11 @@ class JaxDriver(Driver):
         """
         jax = self._jax
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if not jax.config.jax_enable_x64:
+            leaves = self._x64_off_arguments(fn, leaves)
         traced = tuple(isinstance(leaf, np.ndarray | jax.Array) for leaf in leaves)
         static = tuple(leaf for leaf, t in zip(leaves, traced, strict=True) if not t)
         dynamic = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
-        if not jax.config.jax_enable_x64:
-            # JAX would make a 32-bit result of a 64-bit request (dtype=np.int64, an int64 argument)
-            # without x64, and only warn: refuse, as distribute_tensor refuses a 64-bit value.
-            for leaf in leaves:
-                name = _x64_request(leaf)
-                if name is not None:
-                    raise UnsupportedLayoutError(
-                        f"call_with_layout: {fn!r} is asked for {name} (argument {_short(leaf)}), but "
-                        f"{self.unsupported_dtype_reason(name)}.",
-                        driver=self.name,
-                        feature=Limitation.DTYPE,
-                        value=name,
-                    )
         key: Hashable | None = (fn, treedef, traced, static, layout)
         try:
             entry = self._compiled.get(key)
@@ -500,15 +495,9 @@ class JaxDriver(Driver):
                 rebuilt = [next(values) if t else next(constants) for t in traced]
                 call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, rebuilt)
                 result = fn(*call_args, **call_kwargs)
-                name = _x64_request(np.asarray(result)) if isinstance(result, np.ndarray | np.generic) else None
-                if name is not None and not jax.config.jax_enable_x64:  # JAX would narrow it silently
-                    raise UnsupportedLayoutError(
-                        f"call_with_layout: {fn!r} returned a {name} NumPy value, but "
-                        f"{self.unsupported_dtype_reason(name)}.",
-                        driver=self.name,
-                        feature=Limitation.DTYPE,
-                        value=name,
-                    )
+                if isinstance(result, np.ndarray | np.generic) and not jax.config.jax_enable_x64:
+                    # JAX would narrow a 64-bit NumPy result silently: exactly, or refused
+                    return self._held_argument(np.asarray(result), None, f"{fn!r}'s result")
                 return result
 
             entry = [None, call, None]  # jit is made only once the result's shape is checked
@@ -551,9 +540,39 @@ class JaxDriver(Driver):
             raise LayoutError(f"jax.jit returned sharding {result.sharding}, not {sharding}.", value=result.sharding)
         return _array(result)
 
+    def _x64_off_arguments(self, fn: Callable[..., Any], leaves: list[Any]) -> list[Any]:
+        """``call_with_layout``'s arguments with ``jax_enable_x64`` off: 64-bit NumPy arrays narrowed exactly.
+
+        Raises:
+            UnsupportedLayoutError: an array that does not fit; or an explicit request for a 64-bit
+                dtype (``dtype=np.int64``), which JAX would answer in 32 bits and only warn (as a
+                TensorSpec asking for a 64-bit dtype is refused).
+        """
+        for leaf in leaves:
+            name = x64_request(leaf)
+            if name is not None:
+                raise UnsupportedLayoutError(
+                    f"call_with_layout: {fn!r} is asked for {name} (argument {_short(leaf)}), but "
+                    f"{self.unsupported_dtype_reason(name)}.",
+                    driver=self.name,
+                    feature=Limitation.DTYPE,
+                    value=name,
+                )
+        return [self._held_argument(leaf, i) for i, leaf in enumerate(leaves)]
+
+    def _held_argument(self, leaf: Any, index: int | None, what: str = "") -> Any:
+        """A 64-bit NumPy ``call_with_layout`` argument (or result) narrowed exactly; anything else unchanged.
+
+        Raises:
+            UnsupportedLayoutError: it does not fit (see :meth:`narrow_input`).
+        """
+        if not isinstance(leaf, np.ndarray) or leaf.dtype.name not in X64_DTYPES:
+            return leaf
+        return self.narrow_input(leaf, leaf.dtype.name, what or f"call_with_layout argument {index}")
+
     def __repr__(self) -> str:
         return f"<JaxDriver {len(self._names)} devices, axis_types={self._axis_types!r}>"
 
 
 #: Floats whose NaN payloads XLA's CPU collectives may rewrite: relaid out as same-width unsigned ints.
-_QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
+_QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})

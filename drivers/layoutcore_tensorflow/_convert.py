@@ -17,18 +17,24 @@ the interpreter on odd input (docs/framework-facts.md#tf-crash-traps).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import numpy as np
 
 from layoutcore import Layout, LayoutcoreError, LayoutError, Mesh, get_driver
-from layoutcore.driver import LRUCache
+from layoutcore.driver import ALL_DTYPES, LRUCache
 
 from ._runtime import canonical_names, configure_cpu_devices, full_name, global_device_names, tf_modules
 
 __all__ = [
+    "HELD_DTYPES",
     "MAX_NATIVE_MESHES",
+    "NOT_IN_TF",
     "MeshLimitError",
     "as_proto",
     "from_proto",
@@ -36,6 +42,7 @@ __all__ = [
     "from_tensorflow_layout",
     "from_tensorflow_mesh",
     "mesh_proto",
+    "refusing_unheld",
     "serialized_string",
     "to_tensorflow_layout",
     "to_tensorflow_mesh",
@@ -173,6 +180,10 @@ def _mesh_devices(native: Any, text: str) -> list[str] | None:
         )
     local_ids = [int(i) for i in native.local_device_ids()]
     local_devices = list(native.local_devices())
+    if len(local_ids) != len(local_devices):  # dtensor.Mesh's Python constructor does not compare them
+        raise LayoutError(
+            f"{len(local_ids)} local device ids for {len(local_devices)} local devices in {text!r}", value=text
+        )
     if sorted(local_ids) == ids:
         # TF places the device with global id g at mesh position g.
         by_id = dict(zip(local_ids, local_devices, strict=True))
@@ -322,20 +333,27 @@ def from_proto(proto: Any) -> Layout | Mesh:
     from tensorflow.dtensor.proto import layout_pb2
 
     if isinstance(proto, layout_pb2.MeshProto):
-        _check_proto_names(proto)
-        try:
-            native_mesh = dtensor.Mesh.from_proto(proto)
-        except ValueError as exc:
-            raise LayoutError(f"The MeshProto is no valid mesh: {exc}", value=proto) from None
-        return from_tensorflow_mesh(native_mesh)
+        _check_mesh_proto(proto)
+        with _typed(proto, "The MeshProto is no valid mesh"):
+            return from_tensorflow_mesh(dtensor.Mesh.from_proto(proto))
     if isinstance(proto, layout_pb2.LayoutProto):
-        _check_proto_names(proto.mesh_config)
-        try:
-            native = dtensor.Layout.from_proto(proto)
-        except ValueError as exc:  # TF's own check of the specs (e.g. b"un7harded": no axis of that name)
-            raise LayoutError(f"The LayoutProto is no valid layout: {exc}", value=proto) from None
-        return from_tensorflow_layout(native)
+        _check_mesh_proto(proto.mesh_config)
+        # TF checks the specs (e.g. b"un7harded": no axis of that name) and raises ValueError.
+        with _typed(proto, "The LayoutProto is no valid layout"):
+            return from_tensorflow_layout(dtensor.Layout.from_proto(proto))
     raise LayoutError(f"Expected a dtensor LayoutProto or MeshProto. Received: {type(proto).__name__}", value=proto)
+
+
+@contextlib.contextmanager
+def _typed(proto: Any, what: str) -> Iterator[None]:
+    """Re-raise what TF (or a check downstream) raises on a proto as a LayoutError: bad input is answered by
+    layoutcore's own error whatever layer noticed it; layoutcore's errors pass unchanged."""
+    try:
+        yield
+    except LayoutcoreError:
+        raise
+    except Exception as exc:  # ValueError, TF's OpErrors, ...: never a framework error for bad input
+        raise LayoutError(f"{what}: {type(exc).__name__}: {exc}", value=proto) from None
 
 
 def from_str(data: bytes) -> Layout:
@@ -362,11 +380,68 @@ def from_str(data: bytes) -> Layout:
     return layout
 
 
-def _check_proto_names(mesh: Any) -> None:
-    # TF builds its C++ mesh from these names and crashes on some (docs/framework-facts.md#tf-mesh-strings); check them first.
+def _check_mesh_proto(mesh: Any) -> None:
+    """Refuse a ``MeshProto`` whose fields disagree, before TF reads it.
+
+    TF builds its C++ mesh from the names and crashes on some (docs/framework-facts.md#tf-mesh-strings),
+    and it accepts protos whose id and device lists disagree (3 local ids for 4 local devices, a local
+    id out of range or repeated, 1 global device for 4 positions), which would give a wrong mesh. The
+    lists are compared by length before any is walked, so a huge proto costs nothing.
+
+    Raises:
+        LayoutError: names or sizes layoutcore rejects; global ids other than ``0..size-1``; local ids
+            out of range, repeated, or not one per local device; a global device list of another
+            length than the mesh; ``use_xla_spmd`` or ``single_device`` (no layoutcore form).
+    """
     try:
-        Mesh(
+        shape = Mesh(
             [max(int(d.size), 1) for d in mesh.mesh_dimensions] or [1], [d.name for d in mesh.mesh_dimensions] or ["d"]
-        )
+        ).shape
     except LayoutError as exc:
         raise LayoutError(f"The mesh proto holds a mesh layoutcore cannot represent: {exc}", value=mesh) from None
+    size = math.prod(shape)
+    problem = _mesh_proto_problem(mesh, size)
+    if problem:
+        raise LayoutError(f"The mesh proto is inconsistent: {problem}. Received: {_short(mesh)}", value=mesh)
+
+
+def _mesh_proto_problem(mesh: Any, size: int) -> str | None:
+    """What disagrees in ``mesh``'s lists (``size`` devices), or None."""
+    if mesh.single_device or mesh.use_xla_spmd:
+        return "a single-device mesh or use_xla_spmd has no layoutcore form"
+    global_ids, local_ids = mesh.global_device_ids, mesh.local_device_ids
+    if len(global_ids) != size or list(global_ids) != list(range(size)):
+        return f"{len(global_ids)} global device ids for {size} devices; they must be 0..{size - 1} in row-major order"
+    if len(local_ids) != len(mesh.local_devices):
+        return f"{len(local_ids)} local device ids for {len(mesh.local_devices)} local devices"
+    if len(set(local_ids)) != len(local_ids) or not all(0 <= i < size for i in local_ids):
+        return f"local device ids must be distinct global ids in 0..{size - 1}; received {list(local_ids)[:20]}"
+    if len(mesh.global_devices) not in (0, size):
+        return f"{len(mesh.global_devices)} global devices for {size} devices"
+    return None
+
+
+def _short(proto: Any) -> str:
+    text = " ".join(str(proto).split())
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+#: The dtypes of ``ALL_DTYPES`` TF 2.21 has no tensor of (no ``tf.dtypes`` entry; ``tf.as_dtype``
+#: refuses ml_dtypes' type): MX block scales.
+NOT_IN_TF = frozenset({"float8_e8m0fnu"})
+#: What the TF driver holds (``supported_dtypes``).
+HELD_DTYPES = frozenset(ALL_DTYPES) - NOT_IN_TF
+
+
+def refusing_unheld(fn: Callable[..., Any], refusal: Callable[[str], Exception]) -> Callable[..., Any]:
+    """``fn``, refusing a NumPy result of a dtype TF has no tensor of (``float8_e8m0fnu``) by name, before
+    ``tf.function`` fails to convert it with a raw ``TypeError``."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, np.ndarray) and out.dtype.name in NOT_IN_TF:
+            raise refusal(out.dtype.name)
+        return out
+
+    return call

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Driver, Limitation, LRUCache, as_bits, numpy_dtype
+from layoutcore.driver import ML_DTYPES, Capability, Driver, Limitation, LRUCache, ProcessGroup, as_bits, numpy_dtype
 
-from ._convert import from_tensorflow_layout, native_layout
+from ._barrier import DTensorBarrier, all_gather_check
+from ._convert import HELD_DTYPES, from_tensorflow_layout, native_layout, refusing_unheld
 from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
 
@@ -187,6 +188,10 @@ class TensorFlowDriver(Driver):
     def _tensor(self, value: Any) -> Any:
         # A DVariable is a DTensor for fetch_layout but not for unpack/relayout: read it.
         return value.read_value() if isinstance(value, self._tf.Variable) else value
+
+    def supported_dtypes(self) -> frozenset[str]:
+        """All of ``ALL_DTYPES`` but ``float8_e8m0fnu``, which TF 2.21 has no dtype for (MX block scales)."""
+        return HELD_DTYPES
 
     def prepare_input(self, value: Any) -> Any:
         """A ``tf.Variable``'s current value; NumPy arrays of a dtype TF holds, checked.
@@ -521,9 +526,9 @@ class TensorFlowDriver(Driver):
                 try:
                     found = cache.get(fn)
                 except TypeError:  # unhashable: wrap anew each call
-                    return tf.function(fn, autograph=False)
+                    return tf.function(refusing_unheld(fn, self.dtype_refusal), autograph=False)
             if found is None:
-                found = tf.function(fn, autograph=False)
+                found = tf.function(refusing_unheld(fn, self.dtype_refusal), autograph=False)
                 cache[fn] = found  # _wrapped_strong (builtins, which live forever) is bounded: an LRU
             return found
 
@@ -577,6 +582,14 @@ class TensorFlowDriver(Driver):
                 driver=self.name,
                 feature=Limitation.NEGATIVE_ZERO,
             )
+
+    def process_group(self) -> ProcessGroup:
+        """Several DTensor clients (``dtensor.client_id``/``num_clients``) meet at a :class:`DTensorBarrier`."""
+        clients = int(self._dtensor.num_clients())
+        if clients <= 1:
+            return super().process_group()
+        barrier = DTensorBarrier(lambda: all_gather_check(self))
+        return ProcessGroup(int(self._dtensor.client_id()), clients, barrier, self.name)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
         """``component.numpy()`` for a TF tensor (``np.asarray`` fails on a rank-0 bfloat16 one)."""
@@ -666,7 +679,7 @@ def _owned(value: Any) -> Any:
 #: NumPy dtype kinds TF has no tensor of: dates, time spans, records (void; object arrays are the
 #: front-end's to refuse). ml_dtypes' bfloat16/float8 are kind "V" too, and TF holds them.
 _NOT_TF_KINDS = "MmV"
-_ML_DTYPE_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_ML_DTYPE_NAMES = ML_DTYPES  # float8_e8m0fnu among them: the front-end refuses it by name (supported_dtypes)
 
 
 def _refuse_unheld(value: Any, what: str) -> None:

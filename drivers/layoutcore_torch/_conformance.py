@@ -164,6 +164,7 @@ _VIEWED: dict[str, tuple[np.dtype[Any], str]] = {
     "bfloat16": (np.dtype("int16"), "bfloat16"),
     "float8_e4m3fn": (np.dtype("uint8"), "float8_e4m3fn"),
     "float8_e5m2": (np.dtype("uint8"), "float8_e5m2"),
+    "float8_e8m0fnu": (np.dtype("uint8"), "float8_e8m0fnu"),
 }
 
 

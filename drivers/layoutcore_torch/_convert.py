@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from layoutcore import Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import Capability, Limitation, LRUCache, numpy_dtype
+from layoutcore.driver import ML_DTYPES, Capability, Limitation, LRUCache, numpy_dtype
 
 from . import _private
 from ._mode import ProcessGroupMode, simulated_ranks
@@ -259,7 +259,7 @@ def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 #: torch dtypes NumPy has no dtype for, by canonical name: they cross to NumPy as a same-width
 #: integer view, and come out as ml_dtypes arrays (never widened: to_numpy keeps the dtype).
-_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_ML_DTYPES = ML_DTYPES
 
 
 def to_numpy(tensor: Any, *, copy: bool) -> np.ndarray:

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from layoutcore import DriverUnavailableError, Layout, LayoutError, Mesh, UnsupportedLayoutError
-from layoutcore.driver import BoundLayout, Capability, Driver, numpy_dtype
+from layoutcore.driver import BoundLayout, Capability, Driver, ProcessGroup, numpy_dtype
 
 from . import _convert, _factories, _private, _relayout, _staged
 from ._mode import ProcessGroupMode, World, warn_if_untested
@@ -61,6 +61,7 @@ _GLOO_CARRIERS = {
     "uint64": "int64",
     "float8_e4m3fn": "uint8",
     "float8_e5m2": "uint8",
+    "float8_e8m0fnu": "uint8",
 }
 
 
@@ -411,6 +412,19 @@ class TorchDriver(Driver):
         if isinstance(component, self._torch.Tensor):
             return _convert.to_numpy(component, copy=False)
         return np.asarray(component)
+
+    def process_group(self) -> ProcessGroup:
+        """A real ``torch.distributed`` group of several ranks (never the single-process simulation); the
+        barrier is ``dist.barrier()``, bounded by the group's own timeout."""
+        dist = self._torch.distributed
+        if not (dist.is_initialized() and dist.get_world_size() > 1) or self.world().simulated:
+            return super().process_group()
+
+        def barrier(tag: str, timeout_s: float) -> None:
+            del tag, timeout_s  # the group's timeout (init_process_group) bounds it
+            dist.barrier()
+
+        return ProcessGroup(dist.get_rank(), dist.get_world_size(), barrier, self.name)
 
     def variable_create(self, value: Any, layout: Layout) -> Any:
         """A DTensor ``nn.Parameter`` (gradients for floating dtypes) over its own copy of ``value``, so that

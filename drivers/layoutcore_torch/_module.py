@@ -20,23 +20,20 @@ before any parameter is replaced (measured on torch 2.13; never silently replica
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from layoutcore import Layout, LayoutError, LayoutMap, UnsupportedLayoutError, get_driver
 from layoutcore.driver import Limitation
 from layoutcore.geometry import chunk_size
 
+from ._module_hooks import ModuleLayouts, install_dtensor_hooks, per_module
+
 __all__ = ["Activations", "ModuleLayouts", "distribute_module", "distribute_module_parameters"]
 
 #: What flows between laid-out layers: ``"local"`` plain per-rank tensors (as torch's ``ColwiseParallel`` /
 #: ``RowwiseParallel`` hand them over), or ``"dtensor"`` DTensors end to end.
 Activations = Literal["local", "dtensor"]
-
-#: What ``input_layouts`` / ``output_layouts`` take: a Layout (the first positional input, or the output),
-#: a sequence of Layouts (one per positional input or output element; ``None`` leaves that one alone),
-#: or a mapping from submodule name (``""`` is the module itself) to either.
-ModuleLayouts = Layout | Sequence[Layout | None] | Mapping[str, Layout | Sequence[Layout | None]]
 
 
 def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: Any = None) -> dict[str, Layout]:
@@ -68,14 +65,15 @@ def distribute_module_parameters(module: Any, layout_map: LayoutMap, *, driver: 
     if not isinstance(module, torch.nn.Module):
         raise LayoutError(f"distribute_module_parameters expects a torch.nn.Module. Received: {module!r}", value=module)
     drv = get_driver(driver if driver is not None else "torch")
-    return _distribute_parameters(module, layout_map, drv, local_vocabulary=False)
+    return _distribute_parameters(module, layout_map, drv, local_activations=False)
 
 
 def _distribute_parameters(
-    module: Any, layout_map: LayoutMap, drv: Any, *, local_vocabulary: bool
+    module: Any, layout_map: LayoutMap, drv: Any, *, local_activations: bool
 ) -> dict[str, Layout]:
-    """:func:`distribute_module_parameters` on a checked module; ``local_vocabulary``: an Embedding's vocabulary
-    axis may be sharded in the simulation (local activations compute its lookup without DTensor's MaskPartial)."""
+    """:func:`distribute_module_parameters` on a checked module; ``local_activations``: an Embedding's vocabulary
+    axis may be sharded in the simulation (local activations compute its lookup without DTensor's MaskPartial),
+    and attention heads must not be split between ranks (:func:`_refuse_split_heads`)."""
     import torch
 
     if not isinstance(layout_map, LayoutMap):
@@ -90,8 +88,10 @@ def _distribute_parameters(
                 continue
             done.add(id(param))
             layout = layout_map.layout_for(name, tuple(param.shape), kind="parameter")
-            _refuse_what_torch_cannot_shard(drv, owner, local_name, name, layout, local_vocabulary)
+            _refuse_what_torch_cannot_shard(drv, owner, local_name, name, layout, local_activations)
             plan.append((name, param, layout))
+    if local_activations:  # local activations: model code reshapes each rank's part by head_dim
+        _refuse_split_heads(module, {name: layout for name, _param, layout in plan})
     replaced: dict[int, Any] = {}
     result: dict[str, Layout] = {}
     for name, param, layout in plan:
@@ -114,14 +114,17 @@ def distribute_module(
     *,
     input_layouts: ModuleLayouts | None = None,
     output_layouts: ModuleLayouts | None = None,
-    activations: Activations = "local",
+    activations: Activations | None = None,
     driver: Any = None,
 ) -> Any:
     """Lay out ``module``'s parameters by ``layout_map`` and run its forward on them (docs/design.md#trees-and-model-code).
 
-    Parameters are laid out as :func:`distribute_module_parameters` does. Then, by ``activations``:
+    Parameters are laid out as :func:`distribute_module_parameters` does. Then, by ``activations`` (default:
+    ``"dtensor"`` when ``input_layouts`` or ``output_layouts`` is given, since layouts for activations place
+    DTensors, as ``distribute_module(module, layout_map, input_layouts=..., output_layouts=...)`` always did;
+    ``"local"`` otherwise):
 
-    * ``"local"`` (default): the model's own code sees plain per-rank tensors between laid-out layers, as
+    * ``"local"``: the model's own code sees plain per-rank tensors between laid-out layers, as
       torch's ``ColwiseParallel`` / ``RowwiseParallel`` hand them over, so real model code (rotary
       embeddings, masks, reshapes by head count, ``model(input_ids=..., labels=...)`` returning a
       ``ModelOutput``) runs unchanged. Each submodule that owns parameters gets a style from its own
@@ -140,7 +143,10 @@ def distribute_module(
       A :func:`layoutcore_torch.from_tp_plan` map also carries the plan's wishes that parameter layouts
       cannot: ``colwise_rep`` / ``colwise_gather_output`` gather the output, ``replicated_with_grad_allreduce``
       sums the gradients of replicated parameters that see per-rank activations. Every rank must pass the
-      same inputs (tensor parallelism). ``input_layouts`` / ``output_layouts`` need ``"dtensor"``.
+      same inputs (tensor parallelism). ``input_layouts`` / ``output_layouts`` need ``"dtensor"``. Model code
+      reshapes a projection's local output by its attention module's ``head_dim`` (transformers' q/k/v
+      projections), so each rank must hold whole heads: a column-parallel ``Linear`` under a module with an
+      int ``head_dim`` whose heads do not divide over its shards (4 key/value heads over 8 ranks) is refused.
     * ``"dtensor"``: DTensors flow end to end. For each module named in ``input_layouts``, a forward pre-hook
       places its positional inputs before ``forward`` runs (a plain tensor is distributed, a DTensor relaid
       out); for each module named in ``output_layouts``, a forward hook relays its output out after it,
@@ -158,7 +164,7 @@ def distribute_module(
             (one per positional input, ``None`` to leave one alone), or a mapping from submodule name (``""``
             for ``module`` itself, ``"encoder.layers.0"``) to either.
         output_layouts: (``"dtensor"`` only) the same for outputs (a tensor, or a tuple/list of tensors).
-        activations: ``"local"`` or ``"dtensor"`` (above).
+        activations: ``"local"`` or ``"dtensor"`` (above); ``None`` (default) infers it from the layouts.
         driver: the driver (default: the ``"torch"`` driver).
 
     Returns:
@@ -167,39 +173,35 @@ def distribute_module(
     Raises:
         LayoutError: a bad layout map or parameter layout (see :func:`distribute_module_parameters`), a
             submodule name ``module`` does not have, an entry that is not a Layout, ``input_layouts`` /
-            ``output_layouts`` with local activations, an unknown ``activations``; at forward time, a layout
-            for an input the call did not pass or for a value that is not a tensor.
+            ``output_layouts`` with an explicit ``activations="local"``, an unknown ``activations``, attention
+            heads split between ranks under local activations (naming the parameter, its heads and the ranks);
+            at forward time, a layout for an input the call did not pass or for a value that is not a tensor.
         UnsupportedLayoutError: torch cannot shard a parameter so (naming it).
     """
     import torch
 
     if not isinstance(module, torch.nn.Module):
         raise LayoutError(f"distribute_module expects a torch.nn.Module. Received: {module!r}", value=module)
+    placed = input_layouts is not None or output_layouts is not None
+    if activations is None:
+        activations = "dtensor" if placed else "local"
     if activations not in ("local", "dtensor"):
         raise LayoutError(f"activations must be 'local' or 'dtensor'. Received: {activations!r}", value=activations)
-    if activations == "local" and (input_layouts is not None or output_layouts is not None):
+    if activations == "local" and placed:
         raise LayoutError(
-            "input_layouts / output_layouts place DTensor activations; with activations='local' the model's code "
-            "gets plain per-rank tensors. Pass activations='dtensor' to use them.",
+            "input_layouts / output_layouts place DTensor activations, but activations='local' was passed: the "
+            "model's code would get plain per-rank tensors. Pass activations='dtensor' (the default when layouts "
+            "are given), or drop the layouts.",
             value=input_layouts if input_layouts is not None else output_layouts,
         )
-    inputs = _per_module(module, input_layouts, "input_layouts")
-    outputs = _per_module(module, output_layouts, "output_layouts")
+    inputs = per_module(module, input_layouts, "input_layouts")
+    outputs = per_module(module, output_layouts, "output_layouts")
     drv = get_driver(driver if driver is not None else "torch")
-    layouts = _distribute_parameters(module, layout_map, drv, local_vocabulary=activations == "local")
+    layouts = _distribute_parameters(module, layout_map, drv, local_activations=activations == "local")
     if activations == "local":  # attention runs on plain local tensors: any kernel
         _install_local_styles(module, layouts, layout_map, drv)
         return module
-    # torch's default CPU attention kernel (flash) has no DTensor sharding rule for its backward pass (torch
-    # 2.13: NotImplementedError for aten._scaled_dot_product_flash_attention_for_cpu_backward); the math
-    # kernel is made of ordinary ops that DTensor shards. So the module's forward runs with the math kernel.
-    attention = _MathAttention()
-    module.register_forward_pre_hook(attention.enter, prepend=True)
-    module.register_forward_hook(attention.exit, always_call=True)
-    for name, layouts_ in inputs.items():
-        module.get_submodule(name).register_forward_pre_hook(_InputHook(drv, name, layouts_))
-    for name, layouts_ in outputs.items():
-        module.get_submodule(name).register_forward_hook(_OutputHook(drv, name, layouts_))
+    install_dtensor_hooks(module, inputs, outputs, drv)
     return module
 
 
@@ -477,125 +479,6 @@ class _VocabularyParallel:
         return _local(self.driver, partial, self.layout, replicated)
 
 
-class _MathAttention:
-    """Forward pre-hook and always-called forward hook that run the forward pass under
-    ``sdpa_kernel(SDPBackend.MATH)`` (one entered context per thread and nesting level)."""
-
-    __slots__ = ("_local",)
-
-    def __init__(self) -> None:
-        import threading
-
-        self._local = threading.local()
-
-    def enter(self, _module: Any, _args: tuple[Any, ...]) -> None:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        context = sdpa_kernel([SDPBackend.MATH])
-        context.__enter__()
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append(context)
-
-    def exit(self, _module: Any, _args: tuple[Any, ...], _output: Any) -> None:
-        stack = getattr(self._local, "stack", None)
-        if stack:
-            stack.pop().__exit__(None, None, None)
-
-
-class _InputHook:
-    """Forward pre-hook: place the positional inputs by their layouts."""
-
-    __slots__ = ("driver", "layouts", "name")
-
-    def __init__(self, driver: Any, name: str, layouts: tuple[Layout | None, ...]) -> None:
-        self.driver, self.name, self.layouts = driver, name, layouts
-
-    def __call__(self, _module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        if len(self.layouts) > len(args):
-            raise LayoutError(
-                f"input_layouts for module {self.name or '<root>'!r} lay out {len(self.layouts)} positional inputs, "
-                f"but forward was called with {len(args)}.",
-                value=self.layouts,
-            )
-        placed = list(args)
-        for index, layout in enumerate(self.layouts):
-            if layout is not None:
-                placed[index] = _place(self.driver, args[index], layout, f"input {index} of module {self.name!r}")
-        return tuple(placed)
-
-
-class _OutputHook:
-    """Forward hook: relay out the output (each element of a tuple/list output) by its layout."""
-
-    __slots__ = ("driver", "layouts", "name")
-
-    def __init__(self, driver: Any, name: str, layouts: tuple[Layout | None, ...]) -> None:
-        self.driver, self.name, self.layouts = driver, name, layouts
-
-    def __call__(self, _module: Any, _args: tuple[Any, ...], output: Any) -> Any:
-        if not isinstance(output, (tuple, list)):
-            if len(self.layouts) != 1:
-                raise LayoutError(
-                    f"output_layouts for module {self.name!r} lay out {len(self.layouts)} outputs, but forward "
-                    "returned one value.",
-                    value=self.layouts,
-                )
-            (layout,) = self.layouts
-            return (
-                output if layout is None else _place(self.driver, output, layout, f"the output of module {self.name!r}")
-            )
-        if len(self.layouts) > len(output):
-            raise LayoutError(
-                f"output_layouts for module {self.name!r} lay out {len(self.layouts)} outputs, but forward returned "
-                f"{len(output)}.",
-                value=self.layouts,
-            )
-        placed = list(output)
-        for index, layout in enumerate(self.layouts):
-            if layout is not None:
-                placed[index] = _place(self.driver, output[index], layout, f"output {index} of module {self.name!r}")
-        return type(output)(placed)
-
-
-def _place(driver: Any, value: Any, layout: Layout, what: str) -> Any:
-    """``value`` laid out by ``layout``: a DTensor is relaid out (pending sums reduced), a tensor distributed."""
-    import torch
-
-    if driver.is_distributed(value):
-        return driver.relayout(value, layout)
-    if not isinstance(value, torch.Tensor):
-        raise LayoutError(f"{what} is a {type(value).__name__}, not a tensor; it cannot take {layout}.", value=value)
-    return driver.distribute_tensor(value, layout)
-
-
-def _per_module(module: Any, spec: ModuleLayouts | None, what: str) -> dict[str, tuple[Layout | None, ...]]:
-    """``{submodule name: layouts}`` from an ``input_layouts``/``output_layouts`` argument, checked."""
-    if spec is None:
-        return {}
-    entries: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {"": spec}
-    result: dict[str, tuple[Layout | None, ...]] = {}
-    for name, value in entries.items():
-        if not isinstance(name, str):
-            raise LayoutError(f"{what} keys are submodule names (str). Received: {name!r}", value=name)
-        try:
-            module.get_submodule(name)
-        except AttributeError:
-            raise LayoutError(f"{what} names submodule {name!r}, which the module does not have.", value=name) from None
-        layouts = (value,) if isinstance(value, Layout) else tuple(value) if isinstance(value, Sequence) else None
-        if layouts is None or not all(x is None or isinstance(x, Layout) for x in layouts):
-            raise LayoutError(
-                f"{what}[{name!r}] must be a Layout or a sequence of Layouts (None to skip one). Received: {value!r}",
-                value=value,
-            )
-        for layout in layouts:
-            if layout is not None and layout.mesh is None:
-                raise LayoutError(f"{what}[{name!r}]: {layout!r} has no mesh.", value=layout)
-        result[name] = layouts
-    return result
-
-
 def _refuse_what_torch_cannot_shard(
     driver: Any, owner: Any, local_name: str, name: str, layout: Layout, local_vocabulary: bool = False
 ) -> None:
@@ -625,6 +508,39 @@ def _refuse_what_torch_cannot_shard(
             feature=Limitation.SIMULATED_VOCAB_SHARDING,
             value=layout,
         )
+
+
+#: Output projections of an attention module: their axis 0 holds the model's hidden features, not heads.
+_OUTPUT_PROJECTIONS = frozenset({"o_proj", "out_proj", "c_proj", "wo", "dense"})
+
+
+def _refuse_split_heads(module: Any, layouts: Mapping[str, Layout]) -> None:
+    """Raise where a column-parallel ``Linear`` under an attention module (a module with an int ``head_dim``,
+    as transformers' attention classes have) would give a rank part of a head: with local activations the
+    model's code reshapes each rank's output to ``(..., -1, head_dim)``, which fails deep inside attention
+    (4 key/value heads over 8 ranks) or, where sizes happen to fit, mixes heads."""
+    import torch
+
+    for prefix, attention in module.named_modules():
+        head_dim = getattr(attention, "head_dim", None)
+        if not isinstance(head_dim, int) or head_dim <= 0 or isinstance(attention, torch.nn.MultiheadAttention):
+            continue
+        for child, linear in attention.named_children():
+            name = f"{prefix}.{child}.weight" if prefix else f"{child}.weight"
+            layout = layouts.get(name)
+            if not isinstance(linear, torch.nn.Linear) or child in _OUTPUT_PROJECTIONS or layout is None:
+                continue
+            if layout.axes[0] is None or linear.out_features % head_dim:
+                continue
+            heads, ranks = linear.out_features // head_dim, _shards(layout, layout.mesh_axes(0))
+            if heads % ranks:
+                raise LayoutError(
+                    f"Parameter {name!r} holds {heads} attention heads of {head_dim} features ({prefix or '<root>'}"
+                    f".head_dim), and {layout} splits them over {ranks} ranks: each rank must hold whole heads, or "
+                    f"the model's reshape by head_dim fails inside attention. Use a mesh axis whose size divides "
+                    f"{heads}, or replicate {child}.",
+                    value=layout,
+                )
 
 
 def _simulated(driver: Any) -> bool:

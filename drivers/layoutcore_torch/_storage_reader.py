@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from layoutcore import CheckpointError
+from layoutcore.driver import ML_DTYPES
 
 __all__ = ["LayoutcoreStorageReader"]
 
@@ -155,7 +156,7 @@ class LayoutcoreStorageReader(_base()):  # type: ignore[misc]  # torch's Storage
             box = (tuple(int(o) for o in req.storage_offsets), tuple(int(n) for n in req.lengths))
             block = read(box)
             self.bytes_read += block.nbytes
-            if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            if dtype in ML_DTYPES:
                 # torch.from_numpy has no ml_dtypes: move the bits as same-width signed ints, then view
                 tensor = torch.from_numpy(block.view(np.dtype(f"i{block.dtype.itemsize}"))).view(getattr(torch, dtype))
             else:

@@ -5,6 +5,10 @@ does the work. Its Python API holds the GIL for anything but ``bytes`` of 1 MiB 
 load's reader threads would take turns; where its shared library is found, the same C function is
 called through :mod:`ctypes`, which releases the GIL for the call. A table-driven pure-Python
 fallback keeps small indexes checkable without the wheel.
+
+Without the wheel, or with a google-crc32c that fell back to its own pure-Python code (no C
+library for this platform), checksums run at a few MB/s instead of GB/s: the first checksum on
+such a path warns once with :class:`SlowChecksumWarning`, naming the path and the install command.
 """
 
 from __future__ import annotations
@@ -12,11 +16,22 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
-__all__ = ["crc32c"]
+__all__ = ["SlowChecksumWarning", "crc32c"]
+
+#: The command that installs google-crc32c's binary wheel (with its C library).
+INSTALL_WHEEL = "pip install --force-reinstall --only-binary=:all: google-crc32c"
+
+
+class SlowChecksumWarning(RuntimeWarning):
+    """Checkpoint checksums (CRC-32C) run in pure Python, about 1000x slower than with google-crc32c's
+    C library (a few MB/s): the wheel is missing, or it has no C library for this platform.
+    Warned once per process, at the first checksum on that path."""
+
 
 _g: Any
 try:
@@ -43,6 +58,23 @@ def _c_extend() -> Any:
 
 _extend = _c_extend()
 _TABLE: list[int] = []
+_warned_slow = False
+
+
+def _warn_slow() -> None:
+    """Warn once that checksums take a pure-Python path (``_g`` is read now, so tests can swap it)."""
+    global _warned_slow
+    if _g is None:
+        path = "google-crc32c is not installed, so layoutcore computes CRC-32C with its own pure-Python table"
+    else:
+        path = f"google-crc32c has no C library here (implementation {getattr(_g, 'implementation', '?')!r})"
+    _warned_slow = True
+    warnings.warn(
+        f"Slow checkpoint checksums: {path}, at a few MB/s instead of GB/s; saves and loads of large "
+        f"checkpoints will crawl. Install the binary wheel: {INSTALL_WHEEL}",
+        SlowChecksumWarning,
+        stacklevel=3,
+    )
 
 
 def _table() -> list[int]:
@@ -70,6 +102,8 @@ def crc32c(data: Any, value: int = 0) -> int:
             view = view.view()
             view.flags.writeable = False  # google-crc32c takes read-only buffers only
         data = view
+    if not _warned_slow and (_g is None or getattr(_g, "implementation", "") != "c"):
+        _warn_slow()
     if _g is not None:
         return int(_g.extend(value, data) if value else _g.value(data))
     table, crc = _table(), value ^ 0xFFFFFFFF

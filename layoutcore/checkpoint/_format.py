@@ -63,7 +63,7 @@ MISSING = 2**64 - 1
 _INDEX_ENTRY = 16
 
 #: Dtypes zarr v3 readers cannot take, stored as the same-width unsigned integer.
-_BITS_ONLY = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_BITS_ONLY = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})
 
 
 def storage_dtype(dtype: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._dtypes import itemsize
-from .._errors import LayoutcoreError, LayoutError, LayoutMismatchError
+from .._errors import LayoutcoreError, LayoutError, LayoutMismatchError, UnsupportedLayoutError
 from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._tensor_spec import TensorSpec, device_bounds
@@ -98,7 +98,8 @@ def target_layout(path: str, saved: TensorSpec, want: Any) -> Layout:
         if want.shape != saved.shape or want.dtype != saved.dtype:
             raise LayoutMismatchError(
                 f"checkpoint.load: tensor {path!r} was saved with shape {saved.shape} and dtype {saved.dtype}; "
-                f"the target TensorSpec has shape {want.shape} and dtype {want.dtype}.",
+                f"the target TensorSpec has shape {want.shape} and dtype {want.dtype}. A load never casts: ask for "
+                "the saved dtype (the driver's own storage rule, e.g. JAX without jax_enable_x64, applies after).",
                 expected=want,
                 actual=saved,
             )
@@ -129,6 +130,24 @@ def target_layout(path: str, saved: TensorSpec, want: Any) -> Layout:
             actual=saved.shape,
         )
     return layout
+
+
+def check_spec_dtype(path: str, want: Any, driver: Any) -> None:
+    """Refuse a ``TensorSpec`` target asking ``driver`` for a dtype it does not hold (JAX's 64-bit ones
+    with ``jax_enable_x64`` off): a spec is an explicit request, never narrowed to fit.
+
+    Raises:
+        UnsupportedLayoutError: ``feature="dtype"``, naming the tensor path and the dtype.
+    """
+    if driver is None or not isinstance(want, TensorSpec) or want.dtype in driver.supported_dtypes():
+        return
+    refusal = driver.dtype_refusal(want.dtype)
+    raise UnsupportedLayoutError(
+        f"checkpoint.load: the target TensorSpec of tensor {path!r} asks for dtype {want.dtype}: {refusal}",
+        driver=refusal.driver,
+        feature=refusal.feature,
+        value=want.dtype,
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -291,6 +310,7 @@ def plan(
     granularity: str = "exact",
     with_copies: bool = True,
     only: Sequence[str] | None = None,
+    driver: Any = None,
 ) -> list[TensorLoad]:
     """The reads of every tensor of ``source`` (or of ``only``) under ``target``, for this process.
 
@@ -301,9 +321,12 @@ def plan(
         granularity: ``"exact"`` or ``"piece"`` (what whole-chunk readers read).
         with_copies: also plan where each piece's bytes land (a load needs it; a read plan does not).
         only: the paths to plan (default: all, in saved order).
+        driver: the driver that will hold the tensors: a ``TensorSpec`` target of a dtype it does not
+            hold is refused (:func:`check_spec_dtype`).
 
     Raises:
         LayoutError, LayoutMismatchError: as :func:`flat_target` and :func:`target_layout`.
+        UnsupportedLayoutError: as :func:`check_spec_dtype`.
     """
     specs = source.specs
     wanted = flat_target(target, specs)
@@ -317,6 +340,7 @@ def plan(
     dim_axes: dict[Any, Any] = {}
     for p in specs if only is None else only:
         saved = specs[p]
+        check_spec_dtype(p, wanted.get(p), driver)
         layout = target_layout(p, saved, wanted.get(p))
         positions = positions_for(p, layout)
         known = by_object.get(id(positions))

@@ -6,7 +6,6 @@ import functools
 import math
 import os
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,9 @@ from .._layout import Layout
 from .._layout_map import LayoutMap
 from .._mesh import Mesh
 from .._tensor_spec import TensorSpec, device_bounds
-from ._engine import engine_for
+from ..driver._registry import framework_driver
+from ._commit import commit, fsync_path, make_tmp, remove_stale
+from ._engine import Engine, engine_for
 from ._format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -37,7 +38,7 @@ from ._progress import progress
 from ._threads import WriteQueue
 from ._tree import walk
 
-__all__ = ["PLAIN_MESH", "save"]
+__all__ = ["PLAIN_MESH", "BlockWrite", "SavePlan", "plan_save", "save"]
 
 #: The mesh a plain (undistributed) array is recorded on: one abstract device, replicated.
 PLAIN_MESH = Mesh((1,), ("replica",))
@@ -93,33 +94,35 @@ def _plain_leaf(path: str, value: Any) -> _Leaf:
 
 
 def _host_array(value: Any) -> np.ndarray[Any, Any]:
-    """A component or plain value as a NumPy array of its own dtype (bfloat16 and float8 included)."""
+    """A plain value in host memory, bit for bit: a NumPy array as it is, a framework's tensor through the
+    host-copy hook of its framework's driver (:meth:`~layoutcore.driver.DriverHooks.component_to_host`)."""
     if isinstance(value, np.ndarray):
         return value
-    module = type(value).__module__.split(".")[0]
-    if module == "torch":
-        import torch  # the value is a torch tensor: torch is imported already
-
-        t = value.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        name = dtype_name(t.dtype)
-        if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-            signed = torch.int16 if name == "bfloat16" else torch.int8
-            return np.asarray(t.view(signed).numpy()).view(numpy_dtype(name))
-        return np.asarray(t.numpy())
-    if hasattr(value, "numpy") and module.startswith("tensorflow"):
-        return np.asarray(value.numpy())
+    if not isinstance(value, (np.generic, bool, int, float, complex, list, tuple)):
+        drv = framework_driver(value)
+        if drv is not None:
+            return np.asarray(drv.component_to_host(value))
     return np.asarray(value)
 
 
-def _host_component(leaf: _Leaf, component: Any) -> np.ndarray[Any, Any]:
-    array = _host_array(component)
-    if leaf.driver is not None and dtype_name(array.dtype) != leaf.spec.dtype:
-        array = np.asarray(leaf.driver.component_to_numpy(component))
-    if dtype_name(array.dtype) != leaf.spec.dtype:
-        array = array.astype(numpy_dtype(leaf.spec.dtype))  # exact: e.g. torch's bfloat16 read as float32
-    return array
+def _host_component(target: str, path: str, leaf: _Leaf, component: Any) -> np.ndarray[Any, Any]:
+    """A local component in host memory, bit for bit, through its driver's host-copy hook (no cast).
+
+    Raises:
+        CheckpointError: the driver's copy has another dtype than the tensor (a driver's defect).
+    """
+    array = component if leaf.driver is None else np.asarray(leaf.driver.component_to_host(component))
+    want = numpy_dtype(leaf.spec.dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.newbyteorder("=") == want:
+        return array.astype(want)  # another byte order: the file holds little-endian bytes
+    raise CheckpointError(
+        f"checkpoint.save({target!r}): the {leaf.driver.name if leaf.driver else 'numpy'} driver copied a "
+        f"component of {path!r} ({leaf.spec.dtype}) to host as {array.dtype}; nothing was committed.",
+        path=target,
+        tensor=path,
+    )
 
 
 # -- read layouts ------------------------------------------------------------------------------
@@ -186,6 +189,78 @@ def _owners(spec: TensorSpec) -> dict[int, tuple[int, ...]]:
     return out
 
 
+# -- plan: which blocks this process writes, where, and the metadata (pure) ----------------------
+@dataclass(frozen=True, slots=True)
+class BlockWrite:
+    """One shard file this process writes: leaf ``leaf``'s local component ``component`` as shard ``index``."""
+
+    leaf: int
+    component: int
+    index: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SavePlan:
+    """What a save writes, computed before any byte is written and alike on every process but for ``writes``.
+
+    Attributes:
+        storages: per leaf, its stored array (node, shard and chunk shapes).
+        writes: the blocks this process writes (each distinct block by one process only).
+        groups: the zarr group nodes above the arrays.
+        meta: the content of ``layoutcore.json``.
+    """
+
+    storages: tuple[ArrayStorage, ...]
+    writes: tuple[BlockWrite, ...]
+    groups: tuple[str, ...]
+    meta: dict[str, Any]
+
+
+def plan_save(leaves: Sequence[tuple[str, _Leaf]], structure: Any, read_layouts: Any, rank: int) -> SavePlan:
+    """The :class:`SavePlan` of ``leaves`` for process ``rank`` (no I/O, no framework call).
+
+    Every distinct block is written by the process holding its lowest-numbered replica; a plain
+    value (the same on every process) by process 0.
+
+    Raises:
+        LayoutError: a bad ``read_layouts`` entry.
+    """
+    storages: list[ArrayStorage] = []
+    writes: list[BlockWrite] = []
+    files: list[str] = []
+    entries: dict[str, Any] = {}
+    groups: set[str] = set()
+    for i, (path, leaf) in enumerate(leaves):
+        storage = _storage(path, leaf.spec, read_layouts)
+        storages.append(storage)
+        local = {p: k for k, p in enumerate(leaf.positions)}
+        for p, index in _owners(leaf.spec).items():
+            if p in local and (not leaf.plain or rank == 0):
+                writes.append(BlockWrite(i, local[p], index))
+            files.append(storage.shard_file(index))
+        parts = storage.node.split("/")
+        groups.update("/".join(parts[:k]) for k in range(1, len(parts)))
+        files.append(storage.node + "/zarr.json")
+        entries[path] = {
+            "chunk": list(storage.chunk),
+            "node": storage.node,
+            "plain": leaf.plain,
+            "shard": list(storage.shard),
+            "spec": leaf.spec.to_dict(),
+            "storage_dtype": storage_dtype(leaf.spec.dtype),
+        }
+    files += [g + "/zarr.json" for g in sorted(groups)] + ["zarr.json", META]
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "tensors": entries,
+        "total_bytes": sum(leaf.spec.nbytes for _, leaf in leaves),
+        "tree": structure,
+        "files": sorted(files),
+    }
+    return SavePlan(tuple(storages), tuple(writes), tuple(sorted(groups)), meta)
+
+
 # -- save --------------------------------------------------------------------------------------
 def save(
     path: str | os.PathLike[str],
@@ -206,107 +281,44 @@ def save(
         overwrite: replace an existing checkpoint atomically (readers see the old or the new).
         sync: ``fsync`` every file before the commit (durable across power loss; slower).
 
-    Every distinct block is written once, by the process holding its lowest-numbered replica,
-    from that device's local component; nothing is gathered. In a multi-process run (JAX
-    ``jax.distributed``, a torch process group) every process calls ``save``; the commit
-    follows a barrier on the framework's engine, and every process returns after it. The checkpoint appears at ``path``
-    by one ``rename`` after everything is written, so a reader (or a save killed halfway)
-    never leaves a partial checkpoint at ``path``. Shard files are written on
-    ``LAYOUTCORE_CHECKPOINT_THREADS`` threads; blocks are fetched to host on the calling thread.
+    Three steps. **Plan** (:func:`plan_save`): which blocks this process writes, where, and the
+    metadata. **Write**: every distinct block once, by the process holding its lowest-numbered
+    replica, from that device's local component, copied to host by the driver's host-copy hook
+    (on the calling thread) and written on ``LAYOUTCORE_CHECKPOINT_THREADS`` threads into a hidden
+    sibling directory ``.NAME.tmp-*``; nothing is gathered. **Commit**: in a multi-process run
+    (the driver's process group: ``jax.distributed``, a torch process group, DTensor clients)
+    every process calls ``save`` and the commit follows a barrier; process 0 writes the metadata
+    last and commits, and every process returns after a second barrier.
+
+    The commit is atomic: a reader, or a save killed at any point, sees the complete old
+    checkpoint or the complete new one. A new ``path`` appears by one ``rename``. An existing one
+    is swapped with the new one by Linux ``renameat2(RENAME_EXCHANGE)``; where no atomic exchange
+    exists (macOS, Windows, some file systems), the new checkpoint moves into ``path/.v-ID`` and
+    ``path/layoutcore.json`` is atomically replaced by metadata pointing into it (a commit
+    pointer), before the old files go. Temporary directories of killed saves of ``path`` are
+    removed by the next save where their process is gone, or named in a ``RuntimeWarning``.
 
     Raises:
-        CheckpointError: ``path`` exists and ``overwrite`` is false, or a leaf is not an array.
-        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer.
+        CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, or a
+            peer process died or hung at a barrier (nothing committed).
+        ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer, or (several
+            processes) ``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` is not a positive number.
     """
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and not overwrite:
         raise CheckpointError(
             f"Checkpoint {target} already exists; pass overwrite=True to replace it.", path=target, file=None
         )
-    leaves: list[tuple[str, Any]] = []
-    structure = walk(tree, leaves)
-    prepared = [(p, _leaf(p, v)) for p, v in leaves]
-    engine = engine_for(next((lf.driver.name for _, lf in prepared if lf.driver is not None), None))
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    if engine.size == 1:
-        tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
-        os.makedirs(tmp)
-    else:
-        # every process writes into one directory, named alike by all; rank 0 clears a stale one
-        tmp = os.path.join(parent, f".{os.path.basename(target)}.tmp-{engine.name}-{engine.size}")
-        if engine.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-        engine.barrier(f"layoutcore.checkpoint.save:start:{target}", path=target)
+    found: list[tuple[str, Any]] = []
+    structure = walk(tree, found)
+    leaves = [(p, _leaf(p, v)) for p, v in found]
+    engine = engine_for(next((lf.driver for _, lf in leaves if lf.driver is not None), None))
+    plan = plan_save(leaves, structure, read_layouts, engine.rank)
+    tmp = _start(target, engine)
     writers = WriteQueue(checkpoint_threads(), "layoutcore-save")
     try:
-        entries, files, total = {}, [], 0
-        groups: set[str] = set()
-        advance = writers.enter(progress("saving", sum(lf.spec.nbytes for _, lf in prepared)))
-        for leaf_path, leaf in prepared:
-            spec = leaf.spec
-            storage = _storage(leaf_path, spec, read_layouts)
-            owners = _owners(spec)
-            local = {p: i for i, p in enumerate(leaf.positions)}
-            for p, index in owners.items():
-                # plain values are the same on every process: the first process writes them
-                if p in local and (not leaf.plain or engine.rank == 0):
-                    block = _host_component(leaf, leaf.components[local[p]])  # on this thread: drivers
-                    writers.submit(block.nbytes, _write_block, writers, tmp, storage, index, block)
-                files.append(storage.shard_file(index))
-            advance(spec.nbytes)
-            total += spec.nbytes
-            parts = storage.node.split("/")
-            for i in range(1, len(parts)):
-                groups.add("/".join(parts[:i]))
-            entries[leaf_path] = {
-                "chunk": list(storage.chunk),
-                "node": storage.node,
-                "plain": leaf.plain,
-                "shard": list(storage.shard),
-                "spec": spec.to_dict(),
-                "storage_dtype": storage_dtype(spec.dtype),
-            }
-            if engine.rank == 0:
-                node_dir = os.path.join(tmp, storage.node)
-                os.makedirs(node_dir, exist_ok=True)
-                attrs = {"layoutcore": {"dtype": spec.dtype, "path": leaf_path, "spec": spec.to_dict()}}
-                write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
-            files.append(storage.node + "/zarr.json")
-        files += [g + "/zarr.json" for g in sorted(groups)] + ["zarr.json", META]
-        meta = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "tensors": entries,
-            "total_bytes": total,
-            "tree": structure,
-            "files": sorted(files),
-        }
-        writers.wait()
-        if sync:
-            _fsync_tree(tmp, mine_only=engine.size > 1)
-        engine.barrier(f"layoutcore.checkpoint.save:written:{target}", path=target)  # every shard is on disk
-        if engine.rank == 0:
-            for g in sorted(groups):
-                write_json(
-                    os.path.join(tmp, g, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": {}}
-                )
-            root_attrs = {"layoutcore": {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}}
-            write_json(
-                os.path.join(tmp, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": root_attrs}
-            )
-            if sync:
-                _fsync_tree(tmp)
-            # the marker: a directory without layoutcore.json is not a checkpoint
-            write_json(os.path.join(tmp, META), meta)
-            if sync:
-                _fsync_path(os.path.join(tmp, META))
-                _fsync_path(tmp)
-            _commit(tmp, target)
-            if sync:
-                _fsync_path(parent)
-        engine.barrier(f"layoutcore.checkpoint.save:committed:{target}", path=target)
+        _write(plan, leaves, tmp, engine.rank, writers, target)
+        meta = _commit_step(plan, tmp, target, engine, sync)
     except BaseException:
         writers.close()  # no writer may still be writing into tmp while it is removed
         if engine.size == 1:
@@ -317,52 +329,82 @@ def save(
     return _info_from_meta(target, meta)
 
 
+def _start(target: str, engine: Engine) -> str:
+    """Create the temporary directory this save writes into (shared by all processes), after removing
+    those of killed saves."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if engine.size == 1:
+        tmp = make_tmp(target)
+        remove_stale(target)
+        os.makedirs(tmp)
+        return tmp
+    # every process writes into one directory, named alike by all; process 0 clears a stale one
+    tmp = make_tmp(target, f"{engine.name}-{engine.size}")
+    if engine.rank == 0:
+        remove_stale(target, keep=tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    engine.barrier(f"layoutcore.checkpoint.save:start:{target}", path=target)
+    return tmp
+
+
+# -- write -------------------------------------------------------------------------------------
+def _write(
+    plan: SavePlan, leaves: Sequence[tuple[str, _Leaf]], tmp: str, rank: int, writers: WriteQueue, target: str
+) -> None:
+    """Write this process's blocks (host copies on this thread, files on the writer threads) and, on
+    process 0, each array's ``zarr.json``; returns once every file is written."""
+    by_leaf: dict[int, list[BlockWrite]] = {}
+    for w in plan.writes:
+        by_leaf.setdefault(w.leaf, []).append(w)
+    advance = writers.enter(progress("saving", plan.meta["total_bytes"]))
+    for i, (path, leaf) in enumerate(leaves):
+        storage = plan.storages[i]
+        for w in by_leaf.get(i, ()):
+            block = _host_component(target, path, leaf, leaf.components[w.component])  # on this thread: drivers
+            writers.submit(block.nbytes, _write_block, writers, tmp, storage, w.index, block)
+        if rank == 0:
+            node_dir = os.path.join(tmp, storage.node)
+            os.makedirs(node_dir, exist_ok=True)
+            attrs = {"layoutcore": {"dtype": leaf.spec.dtype, "path": path, "spec": leaf.spec.to_dict()}}
+            write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
+        advance(leaf.spec.nbytes)
+    writers.wait()
+
+
 def _write_block(writers: WriteQueue, tmp: str, storage: ArrayStorage, index: tuple[int, ...], block: Any) -> None:
     """One shard file, on a writer thread, gathering chunks into that thread's reusable buffer."""
     write_shard(tmp, storage, index, block, writers.state()[1])
 
 
-def _fsync_path(p: str) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# -- commit ------------------------------------------------------------------------------------
+def _commit_step(plan: SavePlan, tmp: str, target: str, engine: Engine, sync: bool) -> dict[str, Any]:
+    """After every process has written: process 0 writes the groups, the root and the metadata (the
+    marker: a directory without ``layoutcore.json`` is no checkpoint) and commits; returns the metadata."""
+    if sync:
+        _fsync_tree(tmp)
+    engine.barrier(f"layoutcore.checkpoint.save:written:{target}", path=target)  # every shard is on disk
+    meta = plan.meta
+    if engine.rank == 0:
+        for g in plan.groups:
+            write_json(os.path.join(tmp, g, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        root_attrs = {"layoutcore": {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}}
+        write_json(os.path.join(tmp, "zarr.json"), {"zarr_format": 3, "node_type": "group", "attributes": root_attrs})
+        if sync:
+            _fsync_tree(tmp)
+        write_json(os.path.join(tmp, META), meta)
+        if sync:
+            fsync_path(os.path.join(tmp, META))
+            fsync_path(tmp)
+        meta = commit(tmp, target, sync=sync)
+        if sync:
+            fsync_path(os.path.dirname(target))
+    engine.barrier(f"layoutcore.checkpoint.save:committed:{target}", path=target)
+    return meta
 
 
-def _fsync_tree(root: str, mine_only: bool = False) -> None:
-    del mine_only  # fsync is cheap on files already flushed; every process may sync the shared tree
+def _fsync_tree(root: str) -> None:
     for dirpath, _, filenames in os.walk(root):
         for f in filenames:
-            _fsync_path(os.path.join(dirpath, f))
-        _fsync_path(dirpath)
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unavailable."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    res = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return bool(res == 0)
-
-
-def _commit(tmp: str, target: str) -> None:
-    try:
-        os.rename(tmp, target)  # fails if target exists and is not an empty directory
-        return
-    except OSError:
-        if not os.path.isdir(target):
-            raise
-    if _exchange(tmp, target):
-        shutil.rmtree(tmp, ignore_errors=True)  # now the old checkpoint
-        return
-    old = f"{tmp}.old"
-    os.rename(target, old)  # without an atomic exchange: a short window with no checkpoint
-    os.rename(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
+            fsync_path(os.path.join(dirpath, f))
+        fsync_path(dirpath)

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from .._config import checkpoint_threads
-from .._dtypes import numpy_dtype
+from .._dtypes import X64_DTYPES
 from .._errors import CheckpointError, LayoutError, UnsupportedLayoutError
 from .._layout import Layout
 from .._tensor_spec import TensorSpec
-from ..driver._fill import fill_target  # at import: a load's reads are its data only
+from ..driver._fill import fill_target, pack_owned  # at import: a load's reads are its data only
 from ..driver._registry import get_driver
 from ._meta import CheckpointInfo
 from ._planner import TensorLoad, gc_paused, plan, positions_of, unknown_paths
@@ -105,8 +105,9 @@ class Source:
         """What the checkpoint holds (as ``checkpoint.inspect``)."""
         raise NotImplementedError
 
-    def _values(self) -> dict[str, Any]:
-        """Non-tensor leaves by tree path (refused ones raise ``CheckpointError``)."""
+    def _values(self, driver: Any) -> dict[str, Any]:
+        """Non-tensor leaves by tree path, for a load on ``driver`` (refused ones raise ``CheckpointError``,
+        tensors of a dtype layoutcore cannot hold ``UnsupportedLayoutError``)."""
         return {}
 
     def _rebuild(self, values: Mapping[str, Any]) -> Any:
@@ -181,6 +182,7 @@ class Source:
                 _positions_per_mesh(devices, drv),
                 granularity=granularity,
                 with_copies=False,
+                driver=drv,
             )
             return self._summarise(plans)
 
@@ -247,13 +249,13 @@ class Source:
         if into is not None:
             return self._load_into(into, verify)
         drv = get_driver(driver)
-        results = self._values()
+        results = self._values(drv)
         with gc_paused():
-            plans = plan(self, target, _positions_per_mesh(None, drv))
+            plans = plan(self, target, _positions_per_mesh(None, drv), driver=drv)
         _check_driver(drv, plans)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
-            stream_new(readers, plans, drv, results, advance)
+            stream_new(readers, plans, drv, results, advance, _pack_loaded)
         return self._rebuild(results)
 
     def _load_into(self, into: Any, verify: bool) -> Any:
@@ -314,7 +316,8 @@ def _check_driver(drv: Any, plans: list[TensorLoad]) -> None:
         try:
             layout = drv.check_layout(tl.layout, tl.saved.shape)
             drv.bind_mesh(layout.mesh)
-            drv._check_dtype(np.empty(0, numpy_dtype(tl.saved.dtype)))
+            if tl.saved.dtype not in drv.supported_dtypes() and tl.saved.dtype not in X64_DTYPES:
+                raise drv.dtype_refusal(tl.saved.dtype)  # never held (a 64-bit one may narrow once read)
         except UnsupportedLayoutError as err:
             raise UnsupportedLayoutError(
                 f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
@@ -338,3 +341,20 @@ def _positions_per_mesh(devices: Any, drv: Any) -> Callable[[str, Layout], list[
         return got
 
     return positions
+
+
+def _pack_loaded(drv: Any, tl: TensorLoad, blocks: list[np.ndarray[Any, Any]]) -> Any:
+    """:func:`pack_owned` of a loaded tensor's blocks; a dtype refusal (values JAX without x64 cannot
+    hold exactly) names the tensor's path.
+
+    Raises:
+        UnsupportedLayoutError: ``feature="dtype"``, naming the path.
+    """
+    try:
+        return pack_owned(drv, blocks, tl.layout, tl.saved.shape)
+    except UnsupportedLayoutError as err:
+        if err.feature != "dtype":
+            raise
+        raise UnsupportedLayoutError(
+            f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
+        ) from None

@@ -130,11 +130,13 @@ def stream_new(
     driver: Any,
     results: dict[str, Any],
     advance: Callable[[int], Any] = lambda n: None,
+    pack: Callable[[Any, TensorLoad, list[np.ndarray]], Any] | None = None,
 ) -> None:
     """New tensors of ``driver`` for every tensor of ``plans``: ``results[path]``.
 
     Where the driver makes empty tensors in its own memory (``native_empty``: a GPU), they are
-    filled through the staging ring; otherwise from host blocks (``pack_owned``).
+    filled through the staging ring; otherwise from host blocks (``pack(driver, tensor, blocks)``,
+    default :func:`pack_owned`).
     """
     staged: list[tuple[TensorLoad, Sink]] = []
     plain = list(plans)
@@ -149,7 +151,7 @@ def stream_new(
             else:
                 staged.append((tl, Sink(tl.path, driver, empty, empty)))
     for tl, got in readers.read(plain):
-        results[tl.path] = pack_owned(driver, got, tl.layout, tl.saved.shape)
+        results[tl.path] = pack_owned(driver, got, tl.layout, tl.saved.shape) if pack is None else pack(driver, tl, got)
         advance(tl.geometry.read_bytes)
     if staged:
         stage = Stage(readers, lambda n: driver.native_staging_buffer(n, staged[0][1].tensor))

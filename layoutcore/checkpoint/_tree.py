@@ -1,6 +1,6 @@
 """Tree walking for checkpoints: a tree's structure as JSON and its ``(path, leaf)`` pairs, and back.
 
-Paths are keys joined by ``/`` (docs/design.md#trees-and-model-code); dicts, lists, tuples and namedtuples are nodes, ``None``
+Paths are keys joined by ``/`` (``docs/design.md#trees-and-model-code``); dicts, lists, tuples and namedtuples are nodes, ``None``
 is kept as a node, everything else is a leaf. Pure Python: no framework, no I/O.
 """
 

@@ -20,7 +20,14 @@ _RENDER = frozenset({"device_table", "layout_summary", "render_layout"})
 
 def __getattr__(name: str) -> Any:
     if name in _RENDER:  # _render imports rich at its top: only when a drawing is asked for
-        from . import _render
-
+        try:
+            from . import _render
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != "rich":
+                raise
+            raise ImportError(
+                f"layoutcore.cli.{name} draws with 'rich', which is not installed: pip install 'layoutcore[cli]'",
+                name="rich",
+            ) from None
         return getattr(_render, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

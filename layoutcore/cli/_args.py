@@ -17,14 +17,17 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "CLI_EXTRA",
     "REPLICATED_TOKENS",
     "MissingDependencyError",
     "UsageError",
     "console",
+    "missing_rich",
     "parse_layout",
     "parse_mesh",
     "parse_shape",
     "reported",
+    "say",
 ]
 
 #: Spellings of a replicated tensor axis in ``--layout`` (compared case-insensitively).
@@ -137,12 +140,39 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
+#: The command that installs what the drawing commands need (rich).
+CLI_EXTRA = "pip install 'layoutcore[cli]'"
+
+
+def missing_rich() -> MissingDependencyError:
+    """The error of a command that draws tables or pictures where ``rich`` is not installed."""
+    return MissingDependencyError(
+        f"this command draws with 'rich', which is not installed; install the cli extra: {CLI_EXTRA} "
+        "(or pass --json where the command has it)"
+    )
+
+
 def console() -> Console:
-    """The commands' rich console (imported here, on first use)."""
-    from rich.console import Console
+    """The commands' rich console (imported here, on first use).
+
+    Raises:
+        MissingDependencyError: ``rich`` is not installed (it comes with the ``cli`` extra).
+    """
+    try:
+        from rich.console import Console
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "rich":
+            raise
+        raise missing_rich() from None
 
     # markup off: layouts print as "Layout[x, unsharded]", which rich would take for a tag.
     return Console(highlight=False, markup=False, emoji=False)
+
+
+def say(out: Console, text: str) -> None:
+    """Print ``text`` (a one-line summary or a table's title) as one line: rich never wraps it at the
+    console's width, so a narrow terminal folds it at its own edge and a pipe gets it whole."""
+    out.print(text, soft_wrap=True)
 
 
 def reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace, list[str]], int]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from .. import checkpoint
 from .._layout import Layout
-from ._args import UsageError, console, parse_layout, parse_mesh, reported
+from ._args import UsageError, console, parse_layout, parse_mesh, reported, say
 from ._json import layout_map_from_json, load_json
 from ._render_plan import format_bytes
 
@@ -73,16 +74,16 @@ def _inspect(args: argparse.Namespace) -> int:
         }
         print(json.dumps(data, indent=1, sort_keys=True))
         return 0
+    out = console()
     from rich.table import Table
 
-    table = Table(
-        title=f"{info.path} ({fmt}): {len(rows)} tensors, {format_bytes(info.total_bytes)}, {len(info.files)} files"
-    )
+    say(out, f"{info.path} ({fmt}): {len(rows)} tensors, {format_bytes(info.total_bytes)}, {len(info.files)} files")
+    table = Table()
     for col in ("path", "shape", "dtype", "saved layout", "bytes"):
-        table.add_column(col, justify="right" if col == "bytes" else "left")
+        table.add_column(col, justify="right" if col == "bytes" else "left", no_wrap=col in ("dtype", "bytes"))
     for r in rows:
         table.add_row(r["path"], str(tuple(r["shape"])), r["dtype"], r["layout"], format_bytes(r["bytes"]))
-    console().print(table)
+    out.print(table)
     return 0
 
 
@@ -96,10 +97,23 @@ def _target(args: argparse.Namespace) -> Any:
     mesh = parse_mesh(args.mesh)
     axes = parse_layout(args.layout)
     info = checkpoint.inspect(args.path)
-    return {
-        p: Layout(axes, mesh) if len(s.shape) == len(axes) else Layout.replicated(mesh, len(s.shape))
-        for p, s in info.tensors.items()
-    }
+    ranks = {p: len(s.shape) for p, s in info.tensors.items()}
+    others = sorted(p for p, rank in ranks.items() if rank != len(axes))
+    if ranks and len(others) == len(ranks):
+        # Planning every tensor replicated would answer a question nobody asked: refuse, naming the ranks.
+        held = ", ".join(f"{p!r} rank {ranks[p]}" for p in others[:5]) + (", ..." if len(others) > 5 else "")
+        raise UsageError(
+            f"--layout {args.layout!r} has rank {len(axes)}, but no tensor of {args.path} has that rank ({held}); "
+            "give one entry per axis of the tensors to plan, or --rules RULES.json for several ranks"
+        )
+    if others:
+        shown = ", ".join(f"{p!r} (rank {ranks[p]})" for p in others[:5]) + (", ..." if len(others) > 5 else "")
+        print(
+            f"layoutcore checkpoint plan: note: --layout has rank {len(axes)}; {len(others)} tensor(s) of other "
+            f"ranks are planned replicated: {shown}",
+            file=sys.stderr,
+        )
+    return {p: Layout(axes, mesh) if p not in others else Layout.replicated(mesh, ranks[p]) for p in ranks}
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -122,15 +136,18 @@ def _plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(data, indent=1, sort_keys=True))
         return 0
+    out = console()
     from rich.table import Table
 
-    table = Table(
-        title=f"read {format_bytes(plan.read_bytes)} for a floor of {format_bytes(plan.floor_bytes)}: "
-        f"{plan.amplification:.4f}x in {len(plan.reads)} ranges"
+    say(
+        out,
+        f"read {format_bytes(plan.read_bytes)} for a floor of {format_bytes(plan.floor_bytes)}: "
+        f"{plan.amplification:.4f}x in {len(plan.reads)} ranges",
     )
+    table = Table()
     for col in ("tensor", "read", "floor", "read / floor"):
-        table.add_column(col, justify="left" if col == "tensor" else "right")
+        table.add_column(col, justify="left" if col == "tensor" else "right", no_wrap=col != "tensor")
     for p, (r, f) in plan.tensors.items():
         table.add_row(p, format_bytes(r), format_bytes(f), f"{r / f:.4f}" if f else "-")
-    console().print(table)
+    out.print(table)
     return 0

@@ -5,8 +5,10 @@ commands, so importing this module, like ``import layoutcore``, loads neither.
 
 Exit status: 0 on success, 1 when the tour finds a driver giving wrong data, 2 for bad
 arguments (a one-line ``layoutcore <command>: error: ...`` on stderr, no traceback), 3 when
-a command needs an optional package that is missing (the message gives the install command);
-the ``conformance`` command returns pytest's status. The tour itself is :mod:`layoutcore._tour`.
+a command needs an optional package that is missing (the message gives the install command:
+the tables and pictures need ``rich``, from ``pip install 'layoutcore[cli]'``), 141 when
+stdout's reader went away (``layoutcore ... --json | head``, no traceback); the
+``conformance`` command returns pytest's status. The tour itself is :mod:`layoutcore._tour`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ._args import (
     REPLICATED_TOKENS,
     MissingDependencyError,
     UsageError,
+    missing_rich,
     parse_layout,
     parse_mesh,
     parse_shape,
@@ -301,7 +304,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command != "conformance":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return int(args.run(args, extra))
+        status = int(args.run(args, extra))
+        sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except UsageError as exc:
         print(f"layoutcore {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return getattr(exc, "exit_status", 2)
+    except ModuleNotFoundError as exc:  # a drawing module the command imports lazily (rich, with the cli extra)
+        if (exc.name or "").split(".")[0] != "rich":
+            raise
+        print(f"layoutcore {args.command}: error: {missing_rich()}", file=sys.stderr)
+        return MissingDependencyError.exit_status
+
+
+#: Exit status when stdout's reader closed early (``layoutcore ... --json | head``): a process killed
+#: by SIGPIPE reports 128 + 13 in a shell.
+BROKEN_PIPE_STATUS = 141
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe: stop quietly, as a process that SIGPIPE kills would.
+
+    What is still buffered for stdout would raise again when the interpreter flushes it at exit, so
+    stdout is pointed at the null device first (the recipe of Python's ``signal`` docs).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test's capture): nothing to flush
+        pass
+    return BROKEN_PIPE_STATUS

@@ -23,7 +23,7 @@ from .._layout import Layout
 from .._mesh import Mesh
 from .._plan import Plan, plan
 from .._relayout_plan import RelayoutPlan, relayout_plan
-from ._args import UsageError, parse_layout, parse_mesh, parse_shape
+from ._args import UsageError, parse_layout, parse_mesh, parse_shape, say
 from ._args import console as _console
 from ._json import layout_map_from_json, load_json, variables_from_json
 
@@ -135,11 +135,10 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
     except LayoutcoreError as exc:
         raise _usage_error(str(exc)) from None
 
-    console = _console()
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        render_plan(result, console)
+        render_plan(result, _console())
     try:
         result.check(max_device_bytes=budget, allow_unmatched=not args.strict)
     except LayoutcoreError as exc:
@@ -182,11 +181,17 @@ def _device_label(mesh: Mesh, position: int) -> str:
     return mesh.devices[position] if mesh.devices is not None else f"#{position}"
 
 
-def _per_device_table(title: str, mesh: Mesh, columns: dict[str, tuple[int, ...]]) -> Any:
+def _print_per_device(console: Console, title: str, mesh: Mesh, columns: dict[str, tuple[int, ...]]) -> None:
+    """``title`` on its own line, then :func:`_per_device_table`."""
+    say(console, title)
+    console.print(_per_device_table(mesh, columns))
+
+
+def _per_device_table(mesh: Mesh, columns: dict[str, tuple[int, ...]]) -> Any:
     """One row per device (a bar for the first column), or a min / median / max summary for big meshes."""
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table()
     first = next(iter(columns))
     if mesh.size > MAX_DEVICE_ROWS:
         table.add_column("statistic")
@@ -211,14 +216,16 @@ def render_plan(result: Plan, console: Console) -> None:
     from rich.table import Table
 
     total = sum(e.nbytes for e in result.entries)
-    console.print(
+    say(
+        console,
         f"{len(result.entries)} variables, {format_bytes(total)} in all, on mesh {result.mesh}: "
         f"the fullest device holds {format_bytes(result.max_device_bytes)}; "
-        f"{format_bytes(result.replicated_bytes)} is held whole on every device."
+        f"{format_bytes(result.replicated_bytes)} is held whole on every device.",
     )
-    console.print(_per_device_table("Memory per device", result.mesh, {"bytes": result.device_bytes}))
+    _print_per_device(console, "Memory per device", result.mesh, {"bytes": result.device_bytes})
     if result.unmatched:
-        table = Table(title=f"{len(result.unmatched)} path(s) match no pattern (replicated)", title_justify="left")
+        say(console, f"{len(result.unmatched)} path(s) match no pattern (replicated)")
+        table = Table()
         table.add_column("path")
         table.add_column("shape")
         table.add_column("bytes", justify="right")
@@ -230,14 +237,15 @@ def render_plan(result: Plan, console: Console) -> None:
             table.add_row(path, str(entry.shape), format_bytes(entry.nbytes), ", ".join(near) or "-")
         console.print(table)
         if len(result.unmatched) > MAX_UNMATCHED_ROWS:
-            console.print(f"... and {len(result.unmatched) - MAX_UNMATCHED_ROWS} more (--json lists them all).")
+            say(console, f"... and {len(result.unmatched) - MAX_UNMATCHED_ROWS} more (--json lists them all).")
     else:
-        console.print("Every path matches a pattern.")
+        say(console, "Every path matches a pattern.")
     if result.unused_patterns:
-        console.print("Unused patterns (no variable takes them): " + ", ".join(repr(p) for p in result.unused_patterns))
+        say(console, "Unused patterns (no variable takes them): " + ", ".join(repr(p) for p in result.unused_patterns))
     whole = sorted((e for e in result.entries if e.held_whole), key=lambda e: -e.nbytes)[:TOP]
     if whole:
-        table = Table(title="Biggest tensors held whole on every device", title_justify="left")
+        say(console, "Biggest tensors held whole on every device")
+        table = Table()
         for name in ("path", "shape", "dtype", "bytes", "pattern"):
             table.add_column(name, justify="right" if name == "bytes" else "left")
         for e in whole:
@@ -250,22 +258,24 @@ def render_relayout_plan(result: RelayoutPlan, console: Console, *, transfers: b
     from rich.table import Table
 
     share = result.floor_bytes / result.nbytes if result.nbytes else 0.0
-    console.print(
+    say(
+        console,
         f"{result.source} -> {result.target}, shape {result.shape} {result.dtype} ({format_bytes(result.nbytes)}): "
         f"the minimum is {format_bytes(result.floor_bytes)} in {len(result.transfers)} transfers "
         f"({share:.3g}x the array); largest ingress {format_bytes(max(result.ingress_bytes, default=0))}, "
-        f"largest egress {format_bytes(max(result.egress_bytes, default=0))}."
+        f"largest egress {format_bytes(max(result.egress_bytes, default=0))}.",
     )
     source_mesh, target_mesh = result.source.mesh, result.target.mesh
     assert source_mesh is not None and target_mesh is not None
     if source_mesh == target_mesh:
         columns = {"receives": result.ingress_bytes, "sends": result.egress_bytes}
-        console.print(_per_device_table("Bytes per device", target_mesh, columns))
+        _print_per_device(console, "Bytes per device", target_mesh, columns)
     else:
-        console.print(_per_device_table("Received per target device", target_mesh, {"receives": result.ingress_bytes}))
-        console.print(_per_device_table("Sent per source device", source_mesh, {"sends": result.egress_bytes}))
+        _print_per_device(console, "Received per target device", target_mesh, {"receives": result.ingress_bytes})
+        _print_per_device(console, "Sent per source device", source_mesh, {"sends": result.egress_bytes})
     if transfers:
-        table = Table(title="Transfers", title_justify="left")
+        say(console, "Transfers")
+        table = Table()
         for name in ("from", "to", "index", "bytes"):
             table.add_column(name, justify="right" if name == "bytes" else "left")
         for t in result.transfers:

@@ -22,12 +22,15 @@ from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._frontend import Driver, HoldsValue
 from ._hooks import DriverHooks, VariableHandle
+from ._processes import SINGLE_PROCESS, Barrier, ProcessGroup
 from ._registry import DRIVER_ENV, ENTRY_POINT_GROUP, DriverInfo, driver_infos, register_driver
 
 __all__ = [
     "CPU_DEVICES_ENV",
     "DRIVER_ENV",
     "ENTRY_POINT_GROUP",
+    "SINGLE_PROCESS",
+    "Barrier",
     "BoundLayout",
     "Capability",
     "Driver",
@@ -37,6 +40,7 @@ __all__ = [
     "HoldsValue",
     "LRUCache",
     "Limitation",
+    "ProcessGroup",
     "VariableHandle",
     "canonical_device",
     "canonical_devices",

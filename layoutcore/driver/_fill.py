@@ -81,9 +81,23 @@ def pack_owned(driver: Driver, blocks: Sequence[np.ndarray], layout: Layout, glo
     devices = driver.bind_mesh(bound.mesh)
     positions = list(driver.local_positions(bound.mesh, devices))
     _check_blocks(blocks, bound, positions, shape)
-    if blocks:
-        driver._check_dtype(blocks[0])
-    return driver._record(driver.native_pack_owned(list(blocks), bound, devices, shape), layout)
+    return driver._record(driver.native_pack_owned(_held(driver, blocks), bound, devices, shape), layout)
+
+
+def _held(driver: Driver, blocks: Sequence[np.ndarray]) -> list[Any]:
+    """``blocks`` in dtypes ``driver`` holds (``Driver.narrow_input``: JAX without x64 stores exact 64-bit
+    values in 32 bits, and refuses the others); replicas stay one object.
+
+    Raises:
+        UnsupportedLayoutError: a dtype the driver does not hold, or a value it would change.
+    """
+    done: dict[int, Any] = {}
+    out = []
+    for i, block in enumerate(blocks):
+        if id(block) not in done:
+            done[id(block)] = driver._held_dtype(block, f"block {i}")
+        out.append(done[id(block)])
+    return out
 
 
 @dataclass(frozen=True, slots=True)

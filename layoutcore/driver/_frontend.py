@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Final, cast, final
 
 import numpy as np
 
-from .._capabilities import Capability, Limitation
+from .._capabilities import Capability
 from .._checks import short_repr
 from .._config import CPU_DEVICES_ENV
 from .._dtypes import as_bits
@@ -45,7 +45,7 @@ from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
-from ._hooks import DriverHooks
+from ._hooks import DriverHooks, dtype_refusal
 
 __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue"]
 
@@ -319,8 +319,7 @@ class Driver(DriverHooks):
             self._require_traced("distribute_tensor", value)
             layout = self.check_layout(layout, self.shape_of(value))
             return self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
-        value = self._global_value(value, "distribute_tensor")
-        self._check_dtype(value)
+        value = self._held_dtype(self._global_value(value, "distribute_tensor"), "the value")
         layout = self.check_layout(layout, self.shape_of(value))
         result = self.native_distribute(value, layout, self.bind_mesh(layout.require_mesh()))
         return self._record(result, layout)
@@ -423,7 +422,7 @@ class Driver(DriverHooks):
             raise LayoutError(
                 f"pack needs components of one dtype. Received dtypes {sorted(dtypes)}.", value=components
             )
-        self._check_dtype(components[0])
+        components = [self._held_dtype(c, f"component {i}") for i, c in enumerate(components)]
         shape = _infer_global_shape(layout, positions, shapes) if given_shape is None else given_shape
         layout.check_shape(shape)
         # Each component against the chunk rule first: a component of the wrong shape is the
@@ -633,19 +632,35 @@ class Driver(DriverHooks):
 
     @final
     def _check_dtype(self, value: Any) -> None:
-        """Refuse a value of one of the 17 dtypes outside :meth:`supported_dtypes` (others pass on).
+        """Refuse a value of one of the 18 dtypes outside :meth:`supported_dtypes` (others pass on).
 
         Raises:
             UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming the dtype and the driver.
         """
         name = known_dtype_name(getattr(value, "dtype", None))
         if name is not None and name not in self.supported_dtypes():
-            raise UnsupportedLayoutError(
-                f"The {self.name} driver does not hold dtype {name}: {self.unsupported_dtype_reason(name)}.",
-                driver=self.name,
-                feature=Limitation.DTYPE,
-                value=name,
-            )
+            raise self.dtype_refusal(name)
+
+    @final
+    def dtype_refusal(self, name: str) -> UnsupportedLayoutError:
+        """The ``UnsupportedLayoutError`` (``feature=Limitation.DTYPE``) the front-end raises for dtype ``name``,
+        for a hook override to raise (:meth:`narrow_input`). Not raised here."""
+        return dtype_refusal(self, name)
+
+    @final
+    def _held_dtype(self, value: Any, what: str) -> Any:
+        """``value``, or where its dtype is one of the 18 outside :meth:`supported_dtypes` the driver's
+        exact narrowing of it (:meth:`narrow_input`), checked to be of a held dtype.
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``, from :meth:`narrow_input`.
+        """
+        name = known_dtype_name(getattr(value, "dtype", None))
+        if name is None or name in self.supported_dtypes():
+            return value
+        held = self.narrow_input(value, name, what)
+        self._check_dtype(held)  # a narrowing must land on a dtype the driver holds
+        return held
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -667,7 +682,7 @@ _KNOWN_DTYPES: LRUCache[Any, str | None] = LRUCache(1024)  # dtype objects are f
 
 def known_dtype_name(dtype: Any) -> str | None:
     """The canonical name of ``dtype`` (a NumPy, ml_dtypes or framework dtype object) if it is one of
-    the 17 (``layoutcore.driver.ALL_DTYPES``), else None. Cached per dtype object: every data
+    the 18 (``layoutcore.driver.ALL_DTYPES``), else None. Cached per dtype object: every data
     function asks."""
     try:
         return _KNOWN_DTYPES[dtype]
@@ -686,7 +701,7 @@ def known_dtype_name(dtype: Any) -> str | None:
 def dtype_name(dtype: Any) -> str:
     """The canonical name of a NumPy, ml_dtypes or framework dtype object (``tf.float32``,
     ``torch.bfloat16``, ``jnp.bfloat16`` -> ``"float32"``, ``"bfloat16"``, ``"bfloat16"``); for
-    dtypes outside the 17, NumPy's name, else ``str(dtype)``."""
+    dtypes outside the 18, NumPy's name, else ``str(dtype)``."""
     known = known_dtype_name(dtype)
     if known is not None:
         return known
@@ -699,7 +714,7 @@ def dtype_name(dtype: Any) -> str:
 
 
 def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    """Replica equality: equal shapes, and the same bits for the 17 dtypes (so a NaN equals the same
+    """Replica equality: equal shapes, and the same bits for the 18 dtypes (so a NaN equals the same
     NaN, and -0.0 differs from 0.0, in every float kind, ml_dtypes' bfloat16 and float8 included);
     equal values, a NaN equal to a NaN, for other dtypes."""
     if a.shape != b.shape or a.dtype != b.dtype:

@@ -51,8 +51,10 @@ import numpy as np
 
 from .._capabilities import Capability, Limitation
 from .._dtypes import ALL_DTYPES
+from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
+from ._processes import SINGLE_PROCESS, ProcessGroup
 
 if TYPE_CHECKING:
     from .._layout_map import LayoutMap
@@ -60,6 +62,17 @@ if TYPE_CHECKING:
 __all__ = ["DriverHooks", "VariableHandle"]
 
 _ALL_DTYPES = frozenset(ALL_DTYPES)
+
+
+def dtype_refusal(driver: DriverHooks, name: str) -> UnsupportedLayoutError:
+    """The ``UnsupportedLayoutError`` (``feature=Limitation.DTYPE``) refusing dtype ``name`` on ``driver``,
+    ending with its :meth:`~DriverHooks.unsupported_dtype_reason` (the front-end's one message)."""
+    return UnsupportedLayoutError(
+        f"The {driver.name} driver does not hold dtype {name}: {driver.unsupported_dtype_reason(name)}.",
+        driver=driver.name,
+        feature=Limitation.DTYPE,
+        value=name,
+    )
 
 
 class VariableHandle:
@@ -404,16 +417,16 @@ class DriverHooks(abc.ABC):
     # ==========================================================================================
     def supported_dtypes(self) -> frozenset[str]:
         """The dtypes this driver holds now, by canonical name (:data:`~layoutcore.driver.ALL_DTYPES`;
-        default: all 17).
+        default: all 18).
 
         A method, not a class attribute, because the answer may depend on the framework's
         configuration at call time (JAX without ``jax_enable_x64`` holds no 64-bit dtype). The
-        front-end refuses a value of any other of the 17 dtypes with
+        front-end refuses a value of any other of the 18 dtypes with
         ``UnsupportedLayoutError(feature=Limitation.DTYPE)`` naming the dtype and the driver, before
         a hook runs: in ``distribute_tensor``, ``copy_to_mesh`` and ``relayout`` of a plain value,
         ``pack``, ``Variable`` and ``Variable.assign``, and on ``call_with_layout``'s result. The
         conformance suite takes its expected refusals from this set, never from trial. Dtypes
-        outside the 17 (text, dates, records) are the driver's own business (:meth:`prepare_input`).
+        outside the 18 (text, dates, records) are the driver's own business (:meth:`prepare_input`).
         A declared dtype must move bit for bit through every data function (a same-width integer
         view where the framework's kernels lack it: docs/dtypes.md).
 
@@ -423,7 +436,7 @@ class DriverHooks(abc.ABC):
         return _ALL_DTYPES
 
     def unsupported_dtype_reason(self, name: str) -> str:
-        """Why this driver does not hold dtype ``name`` (one of the 17, outside :meth:`supported_dtypes`),
+        """Why this driver does not hold dtype ``name`` (one of the 18, outside :meth:`supported_dtypes`),
         and what to do instead: the end of the front-end's refusal message.
 
         Raises:
@@ -431,6 +444,28 @@ class DriverHooks(abc.ABC):
         """
         held = ", ".join(d for d in ALL_DTYPES if d in self.supported_dtypes())
         return f"its framework has no {name} dtype; cast the value to one it holds first ({held})"
+
+    def narrow_input(self, value: Any, name: str, what: str) -> Any:
+        """``value``, of dtype ``name`` (one of the 18, outside :meth:`supported_dtypes`), as a value of a
+        dtype this driver holds, with every element unchanged; or raise.
+
+        Called by the front-end for plain inputs of ``distribute_tensor`` (so ``copy_to_mesh``,
+        ``relayout`` of a plain value, ``Variable`` and ``Variable.assign``) and for each ``pack``
+        component (so checkpoint loads); the result's dtype must be one this driver holds. Default:
+        the refusal. JAX with ``jax_enable_x64`` off: a 64-bit value whose every element fits its
+        32-bit dtype exactly (``layoutcore.driver.narrow_exactly``), with a one-time
+        :class:`~layoutcore.DtypeNarrowingWarning`.
+
+        Args:
+            value: a value :meth:`prepare_input` returned, or a ``pack`` component.
+            name: its canonical dtype name.
+            what: how an error names the value (``"the value"``, ``"component 3"``).
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Limitation.DTYPE``, naming ``name`` and the driver
+                (and, where a value would change, the first element that would).
+        """
+        raise dtype_refusal(self, name)
 
     def is_traced(self, value: Any) -> bool:
         """Whether ``value`` lives inside the framework's compiler (default: never).
@@ -574,3 +609,41 @@ class DriverHooks(abc.ABC):
             DriverUnavailableError: the framework's integration that the scope needs is missing.
         """
         return contextlib.nullcontext()
+
+    # ==========================================================================================
+    # Processes and host copies (what a checkpoint save needs from the framework)
+    # ==========================================================================================
+    def process_group(self) -> ProcessGroup:
+        """The processes that run this program together: rank, size and a barrier
+        (default: one process, :data:`~layoutcore.driver.SINGLE_PROCESS`).
+
+        A save asks the driver of the tree's first distributed tensor: every process writes the
+        blocks it owns, all meet at the barrier, one commits. A single-process simulation of
+        several ranks is one process.
+
+        JAX: ``jax.process_index``/``process_count``, ``multihost_utils.sync_global_devices``;
+        torch: a real ``torch.distributed`` group's ``get_rank``/``get_world_size``/``barrier``;
+        TF: ``dtensor.client_id``/``num_clients``, a DTensor all-gather bounded in time.
+
+        Raises:
+            Nothing (a framework that is not running in several processes is one process).
+        """
+        return SINGLE_PROCESS
+
+    def component_to_host(self, component: Any) -> np.ndarray:
+        """A component, or a plain (undistributed) tensor of this framework, in host memory, bit for bit.
+
+        Returns:
+            An array of the value's own shape and dtype (bfloat16 and float8 as ``ml_dtypes``
+            arrays, moved through a same-width unsigned integer view, never through arithmetic),
+            fetched from device memory where the value lives there. It may share memory with the
+            value (the caller only reads it); it is not copied again when it is already on the host.
+            Default: :meth:`component_to_numpy`.
+
+        torch: ``detach().cpu()`` and ``numpy()`` of a same-width ``uint8``/``int16`` view;
+        TF: ``numpy()``; JAX, NumPy: ``np.asarray``.
+
+        Raises:
+            Nothing for a component of this driver's tensors or a plain tensor of its framework.
+        """
+        return self.component_to_numpy(component)

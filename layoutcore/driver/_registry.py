@@ -35,6 +35,7 @@ __all__ = [
     "available_drivers",
     "driver_for",
     "driver_infos",
+    "framework_driver",
     "get_driver",
     "register_driver",
     "set_driver",
@@ -109,17 +110,18 @@ def _installed_names() -> tuple[str, ...]:
     return tuple(sorted(_discover()))
 
 
-def _usable_names() -> tuple[str, ...]:
-    """Registered names whose class loads and whose required modules are present."""
-    usable = []
+def _loadable() -> Iterator[tuple[str, DriverFactory]]:
+    """``(name, class)`` of every registered driver whose class loads (a broken plug-in is skipped), by name."""
     for name in sorted(_discover()):
         try:
-            factory = _load_class(name)
+            yield name, _load_class(name)
         except DriverUnavailableError:
             continue
-        if not _missing_requirements(factory):
-            usable.append(name)
-    return tuple(usable)
+
+
+def _usable_names() -> tuple[str, ...]:
+    """Registered names whose class loads and whose required modules are present."""
+    return tuple(name for name, factory in _loadable() if not _missing_requirements(factory))
 
 
 def _load_class(name: str) -> DriverFactory:
@@ -245,11 +247,7 @@ def _native_owners(kind: type) -> tuple[str, ...]:
     names = {f"{t.__module__}.{t.__qualname__}" for t in kind.__mro__}
     declared: list[str] = []
     inherited: list[str] = []
-    for name in sorted(_discover()):
-        try:
-            factory = _load_class(name)
-        except DriverUnavailableError:  # a broken plug-in claims nothing
-            continue
+    for name, factory in _loadable():  # a broken plug-in claims nothing
         if names.intersection(getattr(factory, "native_types", ())):
             # A driver that declares the type itself comes before subclasses that inherit the claim.
             (declared if "native_types" in getattr(factory, "__dict__", {}) else inherited).append(name)
@@ -259,6 +257,26 @@ def _native_owners(kind: type) -> tuple[str, ...]:
             _by_type.clear()
         _by_type[kind] = owners
     return owners
+
+
+def framework_driver(value: Any) -> Driver | None:
+    """The driver of the framework that made ``value`` (distributed or plain, e.g. a plain torch tensor),
+    or ``None``: the usable driver whose :attr:`~layoutcore.Driver.requires` names the top-level package
+    of the value's type or of a base class of it (the selected driver first among several). No framework
+    is imported: a value of the type exists, so its package is imported already.
+
+    Raises:
+        Nothing (a driver that cannot be created claims nothing).
+    """
+    packages = {t.__module__.partition(".")[0] for t in type(value).__mro__}
+    owners = [name for name, factory in _loadable() if packages.intersection(getattr(factory, "requires", ()))]
+    selected = active_driver_name()
+    for name in sorted(owners, key=lambda n: n != selected):
+        try:
+            return get_driver(name)
+        except (DriverNotFoundError, DriverUnavailableError):
+            continue
+    return None
 
 
 def set_driver(name: str | None) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,12 +34,20 @@ print("done", flush=True)
 """
 
 
+def load_complete_or_none(path: Path) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` loaded, or None where there is none (never a partial one)."""
+    try:
+        out: dict[str, Any] = checkpoint.load(path)
+    except CheckpointError as exc:
+        assert "does not exist" in str(exc), exc
+        return None
+    return out
+
+
 def _generation(path: Path) -> int | None:
     """Which generation the checkpoint holds (all tensors agree), or None when there is none."""
-    try:
-        out = checkpoint.load(path)
-    except CheckpointError as exc:
-        assert "does not exist" in str(exc), exc  # never a partial checkpoint
+    out = load_complete_or_none(path)
+    if out is None:
         return None
     values = {int(lc.to_numpy(v)[0, 0]) // 100 for v in out.values()}
     assert len(values) == 1, values  # old or new, never a mix

@@ -255,3 +255,45 @@ def test_a_driver_refusal_names_the_tensor_before_any_read(saved: tuple[Path, di
     sixteen = Mesh((16,), ("x",))  # the NumPy driver has 8 devices here
     with pytest.raises(lc.LayoutcoreError, match="tensor 'b'"):
         checkpoint.load(path, {"b": Layout(("x", None), sixteen)}, driver="numpy")
+
+
+def test_a_saved_python_int_is_int64_and_a_narrower_spec_is_refused_naming_the_rule(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path / "c", {"step": 7})
+    assert checkpoint.inspect(tmp_path / "c").tensors["step"].dtype == "int64"
+    out = checkpoint.load(tmp_path / "c", driver="numpy")
+    assert lc.to_numpy(out["step"]).dtype == np.int64 and lc.to_numpy(out["step"]) == 7
+    narrow = lc.TensorSpec((), "int32", Layout((), MESH))
+    with pytest.raises(LayoutMismatchError, match=r"'step'.*never casts: ask for the saved dtype"):
+        checkpoint.load(tmp_path / "c", {"step": narrow}, driver="numpy")
+
+
+X64_OFF = """
+import sys, warnings
+import numpy as np
+import layoutcore as lc
+from layoutcore import checkpoint
+path = sys.argv[1]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    out = checkpoint.load(path + "/small", driver="jax")  # through pack: the exact narrowing applies
+assert out["step"].dtype == np.int32 and int(out["step"]) == 7, out["step"]
+assert any("int64" in str(w.message) for w in caught), [str(w.message) for w in caught]
+try:
+    checkpoint.load(path + "/big", driver="jax")
+except lc.UnsupportedLayoutError as err:
+    assert "'big'" in str(err) and err.feature == "dtype", err
+else:
+    raise AssertionError("2**40 loaded into int32")
+print("OK")
+"""
+
+
+def test_jax_without_x64_narrows_a_loaded_int_exactly_or_refuses_naming_it(tmp_path: Path) -> None:
+    python = _python("jax")
+    if python is None:
+        pytest.skip("no interpreter with jax installed")
+    checkpoint.save(tmp_path / "small", {"step": 7})
+    checkpoint.save(tmp_path / "big", {"big": np.array([2**40], np.int64)})
+    env = dict(os.environ, LAYOUTCORE_CPU_DEVICES="8")
+    out = subprocess.run([python, "-c", X64_OFF, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]

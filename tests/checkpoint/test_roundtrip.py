@@ -219,36 +219,32 @@ def test_random_layouts_round_trip(tmp_path_factory: pytest.TempPathFactory, dat
         assert _same_bits(np.asarray(comp), value[sl])
 
 
-def test_multi_client_tensorflow_engine_and_its_bounded_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Several TF DTensor clients: rank and size from DTensor; a barrier that hangs ends in bounded time."""
-    import sys
+def test_multi_client_tensorflow_process_group_and_its_bounded_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several TF DTensor clients: rank and size from DTensor through the driver's hook; a barrier that
+    hangs ends in bounded time, one that fails names TF's error; the save's engine wraps both."""
     import time
-    import types
+
+    pytest.importorskip("tensorflow.experimental.dtensor")  # TF itself, not another test's stand-in
+    from layoutcore_tensorflow._barrier import DTensorBarrier
 
     from layoutcore import ConfigurationError
-    from layoutcore.checkpoint._engine import Engine, _TFBarrier, engine_for
+    from layoutcore.checkpoint._engine import Engine, engine_for
+    from layoutcore.driver import ProcessGroup
 
-    tf = types.ModuleType("tensorflow")
-    experimental = types.ModuleType("tensorflow.experimental")
-    dtensor = types.ModuleType("tensorflow.experimental.dtensor")
-    dtensor.num_clients = lambda: 2  # type: ignore[attr-defined]
-    dtensor.client_id = lambda: 1  # type: ignore[attr-defined]
-    experimental.dtensor = dtensor  # type: ignore[attr-defined]
-    tf.experimental = experimental  # type: ignore[attr-defined]
-    for name, module in (("tensorflow", tf), ("tensorflow.experimental", experimental)):
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setitem(sys.modules, "tensorflow.experimental.dtensor", dtensor)
+    drv = lc.get_driver("tensorflow")
+    assert drv.process_group().size == 1  # one client
+    monkeypatch.setattr(drv._dtensor, "num_clients", lambda: 2)  # type: ignore[attr-defined]
+    monkeypatch.setattr(drv._dtensor, "client_id", lambda: 1)  # type: ignore[attr-defined]
+    group = drv.process_group()
+    assert (group.name, group.rank, group.size) == ("tensorflow", 1, 2)
+    assert isinstance(group.barrier, DTensorBarrier)
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT", "0.5")
-    engine = engine_for("tensorflow")
-    assert (engine.name, engine.rank, engine.size) == ("tensorflow", 1, 2)
-    assert isinstance(engine._barrier, _TFBarrier) and engine._barrier.timeout_s == 0.5
+    assert engine_for(drv).timeout_s == 0.5
     monkeypatch.setenv("LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT", "soon")
     with pytest.raises(ConfigurationError, match="LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT"):
-        engine_for("tensorflow")
-    dtensor.num_clients = lambda: 1  # type: ignore[attr-defined]
-    assert engine_for("tensorflow").size == 1
+        engine_for(drv)
     # a collective that never returns (a hung peer): CheckpointError after the timeout
-    hung = Engine("tensorflow", 0, 2, _TFBarrier(0.5, check=lambda: time.sleep(30)))
+    hung = Engine(ProcessGroup(0, 2, DTensorBarrier(lambda: time.sleep(30)), "tensorflow"), 0.5)
     start = time.monotonic()
     with pytest.raises(CheckpointError, match=r"nothing was committed.*within 0\.5 s"):
         hung.barrier("t", path="/ck")
@@ -259,5 +255,15 @@ def test_multi_client_tensorflow_engine_and_its_bounded_barrier(monkeypatch: pyt
         raise RuntimeError("Collective ops is aborted")
 
     with pytest.raises(CheckpointError, match="Collective ops is aborted"):
-        Engine("tensorflow", 0, 2, _TFBarrier(5, check=fail)).barrier("t", path="/ck")
-    Engine("tensorflow", 0, 2, _TFBarrier(5, check=lambda: None)).barrier("t", path="/ck")
+        Engine(ProcessGroup(0, 2, DTensorBarrier(fail), "tensorflow"), 5).barrier("t", path="/ck")
+    Engine(ProcessGroup(0, 2, DTensorBarrier(lambda: None), "tensorflow"), 5).barrier("t", path="/ck")
+
+
+def test_process_group_refuses_nonsense_and_defaults_to_one_process() -> None:
+    from layoutcore.driver import SINGLE_PROCESS, ProcessGroup
+
+    with pytest.raises(ValueError, match="rank 2 is outside"):
+        ProcessGroup(2, 2, lambda tag, t: None)
+    with pytest.raises(ValueError, match="need a barrier"):
+        ProcessGroup(0, 2)
+    assert lc.get_driver("numpy").process_group() == SINGLE_PROCESS

@@ -9,10 +9,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as stn
+from _support import plain_console
 
 import layoutcore as lc
 import layoutcore.checkpoint as ckpt
 from layoutcore.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain text 200 columns wide: cells hold their text on one line whatever runs the tests."""
+    plain_console(monkeypatch, 200)
 
 
 @pytest.fixture
@@ -38,7 +45,8 @@ def test_inspect_foreign_json_and_table(
     assert data["tensors"]["model.b"]["dtype"] == "bfloat16" and data["tensors"]["model.w"]["shape"] == [8, 6]
     assert main(["checkpoint", "inspect", str(file)]) == 0
     out = capsys.readouterr().out
-    assert "(safetensors)" in out and "model.w" in out and "layout not stored" in out
+    assert out.splitlines()[0].startswith(f"{file} (safetensors): 2 tensors, ")
+    assert "model.w" in out and "layout not stored" in out
 
 
 def test_plan_on_foreign(st_file: tuple[Path, dict[str, np.ndarray]], capsys: pytest.CaptureFixture[str]) -> None:

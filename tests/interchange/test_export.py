@@ -49,3 +49,20 @@ def test_layoutcore_checkpoint_exports_and_reloads(tmp_path: Path) -> None:
     assert lc.to_numpy(out["layer.e"]).tobytes() == e.tobytes()
     plan = ckpt.read_plan(index.parent, {"layer.e": lc.Layout(("x", None), mesh)}, process_devices=[0])
     assert plan.tensors["layer.e"] == (2 * 8 * 2, 2 * 8 * 2)
+
+
+def test_export_folder_follows_the_umask(tmp_path: Path) -> None:
+    """Regression: the export folder was mode 0700 (tempfile.mkdtemp's) whatever the umask."""
+    import os
+    import stat
+
+    ckpt.save(tmp_path / "lc", {"w": np.arange(6, dtype=np.int16)})
+    for umask, mode in ((0o022, 0o755), (0o077, 0o700), (0o002, 0o775)):
+        old = os.umask(umask)
+        try:
+            out = tmp_path / f"st-{umask:o}"
+            ckpt.export_safetensors(tmp_path / "lc", out)
+            ckpt.export_safetensors(tmp_path / "lc", out, overwrite=True)  # the replacing path too
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(out.stat().st_mode) == mode, (oct(umask), oct(out.stat().st_mode))

@@ -58,6 +58,7 @@ _TORCH_DTYPES = {
     "complex128": "complex128",
     "float8_e4m3fn": "float8_e4m3fn",
     "float8_e5m2": "float8_e5m2",
+    "float8_e8m0fnu": "float8_e8m0fnu",
 }
 #: torch's legacy typed storage classes (``torch.FloatStorage``) -> canonical dtype.
 _STORAGES = {

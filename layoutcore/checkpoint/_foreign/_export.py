@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,8 @@ def export_safetensors(
                 f"{path}: non-tensor leaves {sorted(values)} are not JSON data", file=str(path)
             ) from None
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:12]}"
+        tmp.mkdir()  # mode 0777 less the umask, as any directory (tempfile.mkdtemp's would stay 0700)
         try:
             shards = _plan_shards(sources, limit)
             weight_map: dict[str, str] = {}

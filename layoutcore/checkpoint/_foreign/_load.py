@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._capabilities import Limitation
+from ..._errors import UnsupportedLayoutError
 from ..._layout import Layout
 from ..._mesh import Mesh
 from ..._tensor_spec import TensorSpec
@@ -129,8 +131,15 @@ class ForeignSource(Source):
         self._check_open()
         return inspect(self.checkpoint)
 
-    def _values(self) -> dict[str, Any]:
+    def _values(self, driver: Any) -> dict[str, Any]:
         for value in self.checkpoint.values.values():
+            if isinstance(value, RefusedValue) and value.dtype:  # a tensor of a dtype layoutcore cannot hold
+                raise UnsupportedLayoutError(
+                    f"checkpoint.load: {self.path}: tensor {value.path!r} has dtype {value.dtype}: {value.message}",
+                    driver=driver.name,
+                    feature=Limitation.DTYPE,
+                    value=value.dtype,
+                )
             if isinstance(value, RefusedValue):
                 raise checkpoint_error(
                     f"{self.path}: value {value.path!r} was not loaded: {value.message}", file=value.file

@@ -62,14 +62,18 @@ class ForeignTensor:
 
 @dataclass(frozen=True, slots=True)
 class RefusedValue:
-    """A stored non-tensor value that was not unpickled (outside the plain-data allow-list).
+    """A stored value that is not loaded: a non-tensor value outside the plain-data allow-list (not
+    unpickled), or a tensor of a dtype layoutcore cannot hold (``dtype``: the format's own name,
+    e.g. safetensors ``"F4"``).
 
-    ``inspect`` lists it; ``load`` raises ``CheckpointError`` with ``message`` (naming ``file``).
+    ``inspect`` lists it; ``load`` raises ``CheckpointError`` with ``message`` (naming ``file``), or
+    for a tensor ``UnsupportedLayoutError(feature="dtype")`` naming its path and ``dtype``.
     """
 
     path: str
     message: str
     file: str
+    dtype: str = ""
 
 
 @dataclass(slots=True)

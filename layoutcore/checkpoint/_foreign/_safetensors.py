@@ -20,7 +20,7 @@ from typing import Any
 from ..._dtypes import itemsize
 from .._read_plan import StoredPiece
 from ._errors import checkpoint_error
-from ._model import ForeignCheckpoint, ForeignTensor
+from ._model import ForeignCheckpoint, ForeignTensor, RefusedValue
 
 __all__ = ["INDEX_NAME", "SAFETENSORS_DTYPES", "is_safetensors", "open_safetensors", "safetensors_dtype"]
 
@@ -44,8 +44,12 @@ SAFETENSORS_DTYPES: dict[str, str] = {
     "C128": "complex128",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
 }
 _CODES = {name: code for code, name in SAFETENSORS_DTYPES.items()}
+#: Bits per element of the safetensors dtypes layoutcore cannot hold (sub-byte MX element types).
+#: A tensor of one, or of a code unknown here, is listed and refused by itself, not the whole file.
+UNHELD_BITS: dict[str, int] = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 #: The safetensors crate refuses headers above 100 MB; so do we, before allocating them.
 _MAX_HEADER = 100_000_000
 
@@ -102,10 +106,34 @@ def read_header(file: Path) -> tuple[dict[str, Any], int, int]:
     return header, 8 + n, size
 
 
-def _tensors_of(file: Path, only: set[str] | None) -> tuple[list[ForeignTensor], int]:
+def _refused(name: str, key: str, code: Any, shape: tuple[int, ...], span: tuple[int, int], size: int) -> RefusedValue:
+    """The :class:`RefusedValue` of a tensor whose dtype layoutcore cannot hold (its bytes checked to lie in the file).
+
+    Raises:
+        CheckpointError: the dtype is no text, or the tensor's bytes lie outside the file.
+    """
+    begin, end = span
+    bits = UNHELD_BITS.get(code) if isinstance(code, str) else None
+    need = None if bits is None else (math.prod(shape) * bits + 7) // 8  # whole bytes: sub-byte elements pack
+    if not isinstance(code, str) or not 0 <= begin <= end or end > size or (need is not None and end - begin != need):
+        raise checkpoint_error(
+            f"safetensors file {name}: tensor {key!r} of dtype {code!r} claims bytes [{begin}, {end}) of the "
+            f"{size} data bytes{'' if need is None else f' but needs {need}'}",
+            file=name,
+        )
+    return RefusedValue(
+        key,
+        f"safetensors dtype {code} (shape {list(shape)}) is no dtype layoutcore holds "
+        f"({', '.join(SAFETENSORS_DTYPES)}); load the other tensors without it",
+        name,
+        code,
+    )
+
+
+def _tensors_of(file: Path, only: set[str] | None) -> tuple[list[ForeignTensor | RefusedValue], int]:
     header, data_start, size = read_header(file)
     name = str(file)
-    out: list[ForeignTensor] = []
+    out: list[ForeignTensor | RefusedValue] = []
     for key, entry in header.items():
         if key == "__metadata__" or (only is not None and key not in only):
             continue
@@ -117,13 +145,10 @@ def _tensors_of(file: Path, only: set[str] | None) -> tuple[list[ForeignTensor],
             raise checkpoint_error(
                 f"safetensors file {name}: malformed header entry for {key!r}: {entry!r}", file=name
             ) from None
-        dtype = SAFETENSORS_DTYPES.get(code)
-        if dtype is None:
-            raise checkpoint_error(
-                f"safetensors file {name}: tensor {key!r} has dtype {code!r}, which layoutcore cannot hold "
-                f"(supported: {', '.join(SAFETENSORS_DTYPES)})",
-                file=name,
-            )
+        dtype = SAFETENSORS_DTYPES.get(code) if isinstance(code, str) else None
+        if dtype is None:  # refused for this tensor alone (docs/design.md#dtypes)
+            out.append(_refused(name, key, code, shape, (begin, end), size - data_start))
+            continue
         nbytes = math.prod(shape) * itemsize(dtype)
         if not 0 <= begin <= end or end - begin != nbytes or data_start + end > size:
             raise checkpoint_error(
@@ -179,7 +204,7 @@ def open_safetensors(path: Path) -> ForeignCheckpoint:
                 raise checkpoint_error(f"{index} names shard {shard!r}, which is missing", file=str(file))
             found, data_start = _tensors_of(file, keys)
             meta += data_start
-            missing = keys - {t.key for t in found}
+            missing = keys - {t.key if isinstance(t, ForeignTensor) else t.path for t in found}
             if missing:
                 raise checkpoint_error(
                     f"{index} places {sorted(missing)[:5]} in {shard}, whose header lacks them", file=str(file)
@@ -187,9 +212,16 @@ def open_safetensors(path: Path) -> ForeignCheckpoint:
             tensors.extend(found)
         files = (*tuple(str((index.parent / s).resolve()) for s in by_file), str(index.resolve()))
         root = str(index.parent)
-    by_path = {t.path: t for t in tensors}
+    by_path = {t.path: t for t in tensors if isinstance(t, ForeignTensor)}
+    refused = {t.path: t for t in tensors if isinstance(t, RefusedValue)}
     return ForeignCheckpoint(
-        "safetensors", root, by_path, tree={p: p for p in by_path}, files=files, metadata_bytes=meta
+        "safetensors",
+        root,
+        by_path,
+        values=dict(refused),
+        tree={t.path: t.path for t in tensors},
+        files=files,
+        metadata_bytes=meta,
     )
 
 

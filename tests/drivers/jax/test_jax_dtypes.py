@@ -94,9 +94,10 @@ def test_call_with_layout_asked_for_64_bits_is_refused(driver: JaxDriver, dtype:
     assert info.value.feature == Limitation.DTYPE
 
 
-def test_call_with_layout_of_a_64_bit_argument_is_refused(driver: JaxDriver) -> None:
+def test_call_with_layout_of_a_64_bit_argument_that_does_not_fit_is_refused(driver: JaxDriver) -> None:
+    big = np.arange(32).reshape(checks.SHAPE) + 2**40
     with pytest.raises(lc.UnsupportedLayoutError, match="int64"):
-        lc.call_with_layout(lambda a: a + 1, checks.LAYOUTS[0], np.arange(32).reshape(checks.SHAPE), driver="jax")
+        lc.call_with_layout(lambda a: a + 1, checks.LAYOUTS[0], big, driver="jax")
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])

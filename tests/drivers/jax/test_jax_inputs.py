@@ -96,8 +96,11 @@ def test_the_value_chooses_the_jax_driver(driver: JaxDriver, mesh42: Mesh) -> No
     assert np.array_equal(lc.to_numpy(lc.relayout(t, Layout((None, "y"), mesh42))), np.ones((8, 2)))
 
 
-def test_big_endian_64_bit_values_are_refused_without_x64(driver: JaxDriver, mesh42: Mesh) -> None:
-    """JAX with jax_enable_x64 off would keep 32 bits of them (docs/dtypes.md)."""
+def test_big_endian_64_bit_values_are_narrowed_exactly_or_refused_without_x64(driver: JaxDriver, mesh42: Mesh) -> None:
+    """JAX with jax_enable_x64 off stores them in 32 bits: taken where every value fits (docs/dtypes.md)."""
     x = (np.arange(16) * 3 + 1).astype(">f8").reshape(8, 2)
+    with pytest.warns(lc.DtypeNarrowingWarning, match="float64"):
+        t = lc.distribute_tensor(x, Layout(("x", "y"), mesh42), driver="jax")
+    assert t.dtype == np.float32 and lc.to_numpy(t).tolist() == x.tolist()
     with pytest.raises(lc.UnsupportedLayoutError, match="float64"):
-        lc.distribute_tensor(x, Layout(("x", "y"), mesh42), driver="jax")
+        lc.distribute_tensor(x / 10, Layout(("x", "y"), mesh42), driver="jax")

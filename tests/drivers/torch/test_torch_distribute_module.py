@@ -126,7 +126,10 @@ def small_map() -> LayoutMap:
     return lm
 
 
-def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
+@pytest.mark.parametrize("activations", ["dtensor", None], ids=["explicit", "inferred"])
+def test_common_modules_need_no_special_cases(driver: TorchDriver, activations: str | None) -> None:
+    """``inferred`` is last round's call form, distribute_module(module, layout_map, input_layouts=...,
+    output_layouts=...) without ``activations``: layouts for activations mean DTensor activations."""
     torch.manual_seed(0)
     reference = Small()
     model = copy.deepcopy(reference)
@@ -139,12 +142,12 @@ def test_common_modules_need_no_special_cases(driver: TorchDriver) -> None:
         small_map(),
         input_layouts=replicated,
         output_layouts=Layout((None, None, None), MESH),
-        activations="dtensor",
+        **({} if activations is None else {"activations": activations}),
     )
     with spmd(MESH):
         out = model(ids)
         out.sum().backward()
-    assert lc.fetch_layout(out, driver=driver) == Layout((None, None, None), MESH)
+    assert isinstance(out, DTensor) and lc.fetch_layout(out, driver=driver) == Layout((None, None, None), MESH)
     np.testing.assert_allclose(lc.to_numpy(out, driver=driver), want.detach().numpy(), atol=1e-6)
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(lc.to_numpy(p.grad, driver=driver), q.grad.numpy(), atol=1e-5, err_msg=name)
@@ -228,8 +231,11 @@ def test_bad_arguments_name_the_value(driver: TorchDriver) -> None:
         distribute_module(Small(), small_map(), output_layouts={"up": ("x", None)}, activations="dtensor")  # type: ignore[dict-item]
     with pytest.raises(lc.LayoutError, match=r"torch\.nn\.Module"):
         distribute_module(object(), small_map())
-    with pytest.raises(lc.LayoutError, match="activations='dtensor'"):
-        distribute_module(Small(), small_map(), input_layouts=layout)  # local activations take no input layouts
+    local = Small()
+    with pytest.raises(lc.LayoutError, match="activations='local' was passed") as err:
+        distribute_module(local, small_map(), input_layouts=layout, activations="local")  # contradictory: refused
+    assert err.value.value == layout and "activations='dtensor'" in str(err.value)
+    assert not any(isinstance(p, DTensor) for p in local.parameters())  # refused before any parameter moved
     with pytest.raises(lc.LayoutError, match="'local' or 'dtensor'"):
         distribute_module(Small(), small_map(), activations="mixed")  # type: ignore[arg-type]
     model = distribute_module(Small(), small_map(), input_layouts=[layout, layout], activations="dtensor")

@@ -29,7 +29,12 @@ checks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(checks)
 
 #: The same-width integer torch dtype that torch's own .numpy() converts, for dtypes NumPy lacks.
-_VIEWS = {"bfloat16": torch.int16, "float8_e4m3fn": torch.uint8, "float8_e5m2": torch.uint8}
+_VIEWS = {
+    "bfloat16": torch.int16,
+    "float8_e4m3fn": torch.uint8,
+    "float8_e5m2": torch.uint8,
+    "float8_e8m0fnu": torch.uint8,
+}
 
 
 def read(component: torch.Tensor) -> np.ndarray:
@@ -57,6 +62,20 @@ def test_every_dtype_is_declared(torch_driver: TorchDriver) -> None:
 @pytest.mark.parametrize("name", ALL_DTYPES)
 def test_every_data_function_moves_every_bit(torch_driver: TorchDriver, name: str) -> None:
     checks.check_every_data_function("torch", name, read)
+
+
+def test_float8_e8m0fnu_is_torchs_own_dtype_bit_for_bit(torch_driver: TorchDriver) -> None:
+    """MX block scales: every one of the 256 bit patterns (powers of two, NaN 0xFF) as torch.float8_e8m0fnu."""
+    bits = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(32, 8)
+    native = bits.view(torch.float8_e8m0fnu)
+    layout = lc.Layout(("x", None), lc.Mesh((4, 2), ("x", "y")))
+    t = lc.distribute_tensor(native, layout)
+    assert t.dtype == torch.float8_e8m0fnu
+    out = lc.to_numpy(t)
+    assert out.dtype == numpy_dtype("float8_e8m0fnu")
+    assert out.view(np.uint8).tolist() == bits.numpy().tolist()
+    moved = lc.relayout(t, lc.Layout(("y", "x"), lc.Mesh((4, 2), ("x", "y"))))
+    assert lc.to_numpy(moved).view(np.uint8).tolist() == bits.numpy().tolist()
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float32"])

@@ -234,6 +234,27 @@ def test_transformers_model_trains_under_its_own_tp_plan(driver: TorchDriver, ki
         assert tuple(params[name].placements) == placements, name
 
 
+def test_splitting_key_value_heads_between_ranks_is_refused_at_distribute_module(driver: TorchDriver) -> None:
+    """4 key/value heads (GQA) of 4 features over 8 ranks: each rank would hold half a head, and the model's
+    reshape by head_dim would fail inside attention. Refused when laid out, naming parameter and counts."""
+    eight = Mesh((8,), ("tp",))
+    model = models_recipe.make_model("llama")
+    head_dim = model.model.layers[0].self_attn.head_dim
+    kv_heads = model.config.num_key_value_heads
+    assert (head_dim, kv_heads, model.config.num_attention_heads) == (4, 4, 8)
+    with pytest.raises(
+        lc.LayoutError, match=r"'model\.layers\.0\.self_attn\.k_proj\.weight' holds 4 attention heads"
+    ) as err:
+        distribute_module(model, from_tp_plan(model.tp_plan, eight, axis="tp"))
+    assert "over 8 ranks" in str(err.value) and f"of {head_dim} features" in str(err.value)
+    assert err.value.value == Layout(("tp", None), eight)
+    assert not any(isinstance(p, DTensor) for p in model.parameters())  # nothing replaced
+    # The 8 query heads alone divide over 8 ranks: a plan sharding only q_proj and o_proj is accepted.
+    plan = {"model.layers.*.self_attn.q_proj": "colwise", "model.layers.*.self_attn.o_proj": "rowwise"}
+    distribute_module(model, from_tp_plan(plan, eight, axis="tp"))
+    assert tuple(model.model.layers[0].self_attn.q_proj.weight.placements) == (Shard(0),)
+
+
 # ------------------------------------------------------------------------------------------------
 # Local activations: what a layout cannot tell
 # ------------------------------------------------------------------------------------------------
