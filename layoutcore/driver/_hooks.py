@@ -55,6 +55,7 @@ from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._processes import SINGLE_PROCESS, ProcessGroup
+from ._stream_hooks import StreamHooks
 
 if TYPE_CHECKING:
     from .._layout_map import LayoutMap
@@ -88,7 +89,7 @@ class VariableHandle:
         self.value = value
 
 
-class DriverHooks(abc.ABC):
+class DriverHooks(StreamHooks, abc.ABC):
     """The plug-in contract: class attributes, required hooks, optional hooks with defaults.
 
     Do not subclass this class directly; subclass :class:`layoutcore.Driver`, which adds the
@@ -282,71 +283,6 @@ class DriverHooks(abc.ABC):
             UnsupportedLayoutError: what the framework cannot write (``Limitation.DTYPE``).
         """
         return self.native_pack_owned(blocks, layout, devices, self.shape_of(tensor))
-
-    # ------------------------------------------------------------------------------------------
-    # Streaming loads (layoutcore.checkpoint._staging): file bytes straight into a tensor's memory,
-    # or through a small reused staging ring. Defaults: none of it (host blocks + native_fill).
-    # ------------------------------------------------------------------------------------------
-    def native_host_views(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> list[Any] | None:
-        """Per local position, a writable C-contiguous NumPy array over the block's own host memory.
-
-        The loader reads file bytes straight into these arrays (no host block, no copy). ``None``
-        (the default), or ``None`` for some position: the tensor's memory is not host memory the
-        loader may write that way (device memory, immutable arrays, strided views).
-
-        NumPy: writable views of C-contiguous components; torch: ``Tensor.numpy()`` of CPU local tensors.
-
-        Raises:
-            Nothing.
-        """
-        return None
-
-    def native_empty(
-        self, layout: BoundLayout, devices: tuple[str, ...], global_shape: tuple[int, ...], dtype: np.dtype
-    ) -> Any:
-        """A new distributed tensor of uninitialised device memory, for a load to fill with :meth:`native_write_rows`.
-
-        For tensors whose memory is not host memory (a GPU). ``None`` (the default): new tensors
-        are packed from host blocks (:meth:`native_pack_owned`). torch: ``torch.empty`` local
-        tensors on the GPU under ``nccl``.
-
-        Raises:
-            Nothing.
-        """
-        return None
-
-    def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
-        """A reusable uint8 host buffer of ``nbytes`` that staged rows of ``tensor`` pass through.
-
-        Default: ``np.empty``. torch on a GPU: pinned memory (``torch.empty(..., pin_memory=True)``),
-        so the copy to the device is a DMA.
-
-        Raises:
-            Nothing.
-        """
-        return np.empty(nbytes, dtype=np.uint8)
-
-    def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:
-        """Copy ``staged`` (C-contiguous, of the block's dtype, ``rows[1] - rows[0]`` rows of the
-        block's first axis and its whole trailing axes) into rows ``rows`` of local block ``index``.
-
-        Returns:
-            ``None`` when the copy is done on return, else a callable that waits for it: the
-            loader calls it before it reuses ``staged``'s memory.
-
-        Raises:
-            NotImplementedError: the default (the driver writes no rows: host blocks and
-            :meth:`native_fill` are used instead).
-        """
-        raise NotImplementedError
-
-    def native_write_done(self, tensor: Any) -> Any:
-        """Called once every :meth:`native_write_rows` into ``tensor`` has completed; return the tensor.
-
-        Raises:
-            Nothing.
-        """
-        return tensor
 
     @abc.abstractmethod
     def native_relayout(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> Any:
