@@ -47,7 +47,7 @@ import numpy as np
 from layoutcore import DriverUnavailableError, Layout, LayoutError, Mesh, UnsupportedLayoutError
 from layoutcore.driver import BoundLayout, Capability, Driver, ProcessGroup, RelayoutMove, numpy_dtype
 
-from . import _convert, _factories, _private, _relayout
+from . import _convert, _factories, _private, _relayout, _staged
 from ._mode import ProcessGroupMode, World, warn_if_untested
 
 __all__ = ["TorchDriver"]
@@ -246,6 +246,34 @@ class TorchDriver(Driver):
             for local, block in zip(locals_, blocks, strict=True):
                 local.copy_(self.prepare_input(block))
         return tensor
+
+    # -- streaming loads (layoutcore.checkpoint._staging; the work is in ._staged) -----------------
+    def native_host_views(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> list[Any] | None:
+        """Each CPU local tensor's own memory as a NumPy array (file bytes are read straight into it)."""
+        return [_staged.host_view(local) for local in self.native_unpack(tensor)]
+
+    def native_empty(self, layout: Layout, devices: tuple[str, ...], global_shape: tuple[int, ...], dtype: Any) -> Any:
+        """On a GPU (``nccl``): a DTensor over ``torch.empty`` local tensors on this rank's device; else None."""
+        world = self.world()
+        if world.device_type != "cuda" or world.simulated:
+            return None
+        torch = self._torch
+        mesh = layout.require_mesh()
+        shapes = layout.local_shapes(global_shape)
+        device = torch.device("cuda", torch.cuda.current_device())
+        shards = {p: _staged.empty_local(torch, shapes[p], dtype, device) for p in self.local_positions(mesh, devices)}
+        like = _staged.empty_local(torch, (0,), dtype, device)
+        return self._from_local(shards, layout, global_shape, like)
+
+    def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
+        """Pinned host memory where ``tensor`` lives on a GPU, else plain host memory."""
+        on_gpu = any(local.device.type == "cuda" for local in self.native_unpack(tensor)[:1])
+        return _staged.staging_buffer(self._torch, nbytes, on_gpu)
+
+    def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:
+        """``copy_`` of the staged rows into local tensor ``index`` (asynchronous from pinned memory on a GPU)."""
+        local = self.native_unpack(tensor)[index]
+        return _staged.write_rows(self._torch, local, rows, staged)
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,

@@ -55,6 +55,7 @@ from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._processes import SINGLE_PROCESS, ProcessGroup
+from ._stream_hooks import StreamHooks
 
 if TYPE_CHECKING:
     from .._layout_map import LayoutMap
@@ -89,7 +90,7 @@ class VariableHandle:
         self.value = value
 
 
-class DriverHooks(abc.ABC):
+class DriverHooks(StreamHooks, abc.ABC):
     """The plug-in contract: class attributes, required hooks, optional hooks with defaults.
 
     Do not subclass this class directly; subclass :class:`layoutcore.Driver`, which adds the
