@@ -1,8 +1,14 @@
-"""Side-by-side timing shared by the framework-overhead benchmarks (bench_jax, bench_tensorflow)."""
+"""Side-by-side timing shared by the framework-overhead benchmarks (bench_jax, bench_tensorflow),
+and the peak-RSS sampler of the checkpoint benchmarks."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,8 +31,10 @@ def side_by_side(
 
     ``sync(result)`` waits for an asynchronous framework to finish (JAX: ``block_until_ready``) and
     is inside the timed region. With ``fresh``, each call gets ``fresh()``'s result as its argument,
-    made before the clock starts (an input no earlier call has cached anything on). Returns
-    ``native_s``, ``layoutcore_s``, ``ratio`` (ours / native) and ``overhead_us``.
+    made before the clock starts (an input no earlier call has cached anything on). Returns the
+    medians ``native_s``, ``layoutcore_s``, ``ratio`` (ours / native) and ``overhead_us``, and the
+    minima ``native_min_s``, ``layoutcore_min_s`` and ``ratio_min`` (on a shared machine the minimum
+    is the least disturbed run).
     """
 
     def timed(fn: Callable[..., Any]) -> float:
@@ -45,4 +53,48 @@ def side_by_side(
         first[1].append(timed(first[0]))
         second[1].append(timed(second[0]))
     n, o = statistics.median(t_native), statistics.median(t_ours)
-    return {"native_s": n, "layoutcore_s": o, "ratio": o / n, "overhead_us": (o - n) * 1e6}
+    n_min, o_min = min(t_native), min(t_ours)
+    return {
+        "native_s": n,
+        "layoutcore_s": o,
+        "ratio": o / n,
+        "overhead_us": (o - n) * 1e6,
+        "native_min_s": n_min,
+        "layoutcore_min_s": o_min,
+        "ratio_min": o_min / n_min,
+    }
+
+
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_growth(fn: Callable[[], Any]) -> int:
+    """Peak resident memory while ``fn()`` runs (sampled from ``/proc/self/statm`` by a thread every
+    millisecond) minus the resident memory before it, in bytes; ``fn``'s result is dropped after."""
+    gc.collect()
+    _malloc_trim()  # freed memory glibc kept would otherwise serve fn's allocations without RSS growth
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.001)
+
+    base = _rss()
+    th = threading.Thread(target=sample)
+    th.start()
+    try:
+        out = fn()
+        peak[0] = max(peak[0], _rss())
+    finally:
+        stop.set()
+        th.join()
+    del out
+    return peak[0] - base

@@ -38,7 +38,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,6 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
+
+from _timing import peak_rss_growth
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
@@ -59,11 +60,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 MESH8 = Mesh((8,), ("x",))
 ROWS = Layout(("x", None), MESH8)
 COLS = Layout((None, "x"), MESH8)
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _state(total: int, n: int) -> dict[str, Any]:
@@ -179,23 +175,8 @@ def bench_save_load(root: Path, total: int, n: int, reps: int) -> dict[str, Any]
             load_t[name].append(time.perf_counter() - start)
             del out
     # peak RSS during a load, beyond the loaded data
-    peak = [0]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.002)
-
-    base = _rss()
-    th = threading.Thread(target=sample)
-    th.start()
-    out = checkpoint.load(saved, target)
-    stop.set()
-    th.join()
-    extra = peak[0] - base - nbytes
+    extra = peak_rss_growth(lambda: checkpoint.load(saved, target)) - nbytes
     target_shard = nbytes // n // 8
-    del out
     best = {k: min(v) for k, v in {**times, **load_t}.items()}
     median = {k: statistics.median(v) for k, v in {**times, **load_t}.items()}
     ratios = {

@@ -387,6 +387,72 @@ _TORCH_PAIRS = (
     ("layoutcore.relayout", "DTensor.redistribute"),
 )
 
+
+# -- bench_device_load ----------------------------------------------------------------------------------
+_DEVICE_LOAD_ROWS = (
+    (
+        "into_rows_noverify_vs_preadv_prealloc",
+        "`load(into=...)`, saved layout, `verify=False` / `preadv` into preallocated memory",
+    ),
+    (
+        "into_cols_noverify_vs_preadv_prealloc",
+        "`load(into=...)`, rows → columns, `verify=False` / `preadv` into preallocated memory",
+    ),
+    ("into_rows_vs_preadv_crc_prealloc", "`load(into=...)`, saved layout, checksums / `preadv` + CRC-32C"),
+    ("into_cols_vs_preadv_crc_prealloc", "`load(into=...)`, rows → columns, checksums / `preadv` + CRC-32C"),
+    ("into_cols_noverify_cold_vs_preadv_prealloc_cold", "`load(into=...)`, rows → columns, cold / `preadv`, cold"),
+    ("load_new_rows_vs_fromfile_kept", "`load` new arrays, saved layout, warm / `np.fromfile`, arrays kept"),
+    ("load_new_cols_vs_fromfile_kept", "`load` new arrays, rows → columns, warm / `np.fromfile`, arrays kept"),
+    ("load_new_rows_cold_vs_fromfile_kept_cold", "`load` new arrays, saved layout, cold / `np.fromfile`, cold"),
+    ("load_new_cols_cold_vs_fromfile_kept_cold", "`load` new arrays, rows → columns, cold / `np.fromfile`, cold"),
+    ("st_numpy_cols_vs_preadv_fresh", "safetensors → NumPy, columns / `preadv` into new memory"),
+    ("st_jax_cols_vs_preadv_fresh", "safetensors → JAX, columns / `preadv` into new memory"),
+    ("st_torch_cols_vs_preadv_fresh", "safetensors → torch, columns / `preadv` into new memory"),
+    ("st_numpy_cols_over_load_file", "safetensors → NumPy, columns: time / `safetensors.numpy.load_file`"),
+    ("st_jax_cols_over_load_file_device_put", "safetensors → JAX, columns: time / `load_file` + `jax.device_put`"),
+    (
+        "st_torch_cols_over_load_file_distribute",
+        "safetensors → torch, columns: time / `load_file` + `distribute_tensor`",
+    ),
+)
+
+
+def _device_target(key: str) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d["targets"].get(key)
+        if r is None:
+            return "not run", None
+        return f"{_ratio(r['ratio'])} (median {_ratio(r['median_ratio'])})", r["met"]
+
+    return cell
+
+
+def _device_target_words(key: str) -> Callable[[Data], str]:
+    def words(d: Data) -> str:
+        r = d["targets"].get(key)
+        if r is None:
+            return "reported"
+        return f"{'≥' if r['kind'] == 'ge' else '≤'} {r['target']:g}x"
+
+    return words
+
+
+def _device_rss(d: Data) -> Cell:
+    rss = d["peak_rss_growth_bytes"]
+    worst = max(v for k, v in rss.items() if k.startswith("into"))
+    return f"{worst / 2**20:.1f} MiB", worst <= d["rss_budget_bytes"]
+
+
+def _device_bound(d: Data) -> Cell:
+    g = d["GiB_per_s"]
+    t = d["load_threads"]
+    return (
+        f"{g['preadv_fresh_t1']:.2f} / {g['preadv_fresh_t2']:.2f} / {g['preadv_fresh_t4']:.2f} / "
+        f"{g['preadv_fresh_t8']:.2f} GiB/s (preallocated, {t} threads: {g[f'preadv_prealloc_t{t}']:.2f})",
+        None,
+    )
+
+
 TABLES: tuple[Table, ...] = (
     Table(
         "bench_numpy",
@@ -606,6 +672,15 @@ TABLES: tuple[Table, ...] = (
                 lambda d: f"≤ {d['rows'][0]['target']:g}x",
                 _models,
             ),
+        ),
+    ),
+    Table(
+        "bench_device_load",
+        (("bench_device_load.host.json", "host memory (no GPU lent)"),),
+        (
+            Row("page-cache read (`preadv`) into new memory, 1 / 2 / 4 / 8 threads", "the bound", _device_bound),
+            *(Row(label, _device_target_words(key), _device_target(key)) for key, label in _DEVICE_LOAD_ROWS),
+            Row("peak RSS growth during `load(into=...)`", "≤ 64 MiB", _device_rss),
         ),
     ),
     Table(

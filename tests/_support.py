@@ -33,3 +33,32 @@ def plain_console(monkeypatch: Any, columns: int) -> None:
         monkeypatch.delenv(name, raising=False)
     for name, value in plain_console_env(columns, {}).items():
         monkeypatch.setenv(name, value)
+
+
+def run_processes(argvs: list[list[str]], *, env: dict[str, str], timeout: float) -> list[tuple[int, str, str]]:
+    """Start every command at once (the ranks of one group), then collect each one's ``(returncode, stdout, stderr)``.
+
+    A rank still running ``timeout`` seconds after the start is killed (its return code is then negative), and
+    none is left running on any exit, so a hung peer fails the test instead of hanging it.
+    """
+    import signal
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in argvs]
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            outputs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    return outputs

@@ -80,7 +80,11 @@ def hook_rows() -> list[tuple[str, str, str, str]]:
     from layoutcore.driver import DriverHooks
 
     rows = []
-    for name, member in vars(DriverHooks).items():
+    members = dict(vars(DriverHooks))
+    for base in DriverHooks.__mro__[1:]:  # hooks kept in bases of their own module (StreamHooks)
+        if base.__module__.startswith("layoutcore.driver."):
+            members.update({k: v for k, v in vars(base).items() if k not in members})
+    for name, member in members.items():
         if name.startswith("_") or not callable(member):
             continue
         fn: Callable[..., object] = member

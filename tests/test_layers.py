@@ -60,6 +60,7 @@ TABLE: dict[str, str] = {
     "layoutcore._paths": "planning",
     "layoutcore._plan": "planning",
     "layoutcore._relayout_plan": "planning",
+    "layoutcore._relayout_schedule": "planning",
     "layoutcore.driver": "driver SPI",
     "layoutcore._api": "user API",
     "layoutcore._trees": "user API",

@@ -20,6 +20,7 @@ from layoutcore.driver import (
     Limitation,
     LRUCache,
     ProcessGroup,
+    RelayoutMove,
 )
 
 from . import _relayout
@@ -357,6 +358,10 @@ class JaxDriver(Driver):
         return _array(jax.make_array_from_single_device_arrays(global_shape, sharding, arrays))
 
     def native_relayout(self, tensor: jax.Array, layout: Layout, devices: tuple[str, ...]) -> jax.Array:
+        return self.native_relayout_planned(tensor, self.relayout_move(tensor, layout, devices))
+
+    def native_relayout_planned(self, tensor: jax.Array, move: RelayoutMove) -> jax.Array:
+        layout, devices = move.layout, move.devices
         if self.is_traced(tensor):
             # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
@@ -371,10 +376,10 @@ class JaxDriver(Driver):
             # bits of these small floats move as same-width unsigned ints (an elementwise view keeps the sharding).
             bitcast = self._jax.lax.bitcast_convert_type
             carrier = np.dtype(f"uint{8 * tensor.dtype.itemsize}")
-            moved = self.native_relayout(_array(bitcast(tensor, carrier)), layout, devices)
+            moved = self.native_relayout_planned(_array(bitcast(tensor, carrier)), move.retyped(carrier.name))
             return _array(bitcast(moved, tensor.dtype))
         sharding = self._sharding(layout, devices)
-        planned = _relayout.relayout_at_floor(self, tensor, layout, devices, sharding)
+        planned = _relayout.relayout_at_floor(self, tensor, move, sharding)
         if planned is not None:  # device_put would move more than relayout_plan's floor
             return planned
         out = _array(self._jax.device_put(tensor, sharding))

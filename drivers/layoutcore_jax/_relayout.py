@@ -32,7 +32,7 @@ processes (``jax.distributed``) it keeps ``device_put`` as well.
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 import re
 import threading
@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
-import layoutcore as lc
 from layoutcore import Layout
-from layoutcore.driver import LRUCache
+from layoutcore.driver import LRUCache, RelayoutMove
 
 if TYPE_CHECKING:
     import jax
@@ -178,6 +177,42 @@ def native_moved_bytes(tensor: jax.Array, sharding: Any) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------------
+# Bounding the collective programs in flight
+# ------------------------------------------------------------------------------------------------
+class _Inflight:
+    """At most ``limit`` of the driver's collective programs dispatched and not finished, process-wide.
+
+    XLA's CPU client admits 32 executions per device in flight; the 33rd multi-device program
+    that holds a collective then never completes its rendezvous, and after 40 s XLA aborts the
+    process (SIGABRT, "Termination timeout for collective permute"; measured with jax 0.10.2 on
+    8 CPU devices: a plain ``shard_map`` ``ppermute`` queued 33 deep aborts, 31 deep runs; a training
+    loop that never blocks queues that deep in microseconds). Each program therefore also returns a
+    one-byte token per device, ready when the program is; dispatching the next program first waits
+    for the token ``limit`` programs back. The tokens, not the results, are kept: a result the caller
+    dropped frees its memory. One bound over all meshes: a device's count is what XLA limits, and
+    waiting on an older program of another mesh only waits for work queued before.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._tokens: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
+
+    def dispatch(self, run: Any, *args: Any) -> Any:
+        """``run(*args)``, a ``(result, token)`` program, after the bound allows it; returns its outputs."""
+        with self._lock:  # dispatch under the lock too: the count and the queue order stay in step
+            while len(self._tokens) >= self.limit:
+                self._tokens.popleft().block_until_ready()
+            outputs = run(*args)
+            self._tokens.append(outputs[1])
+        return outputs
+
+
+#: A quarter of XLA's 32 per device, leaving room for the caller's own collective programs.
+INFLIGHT = _Inflight(8)
+
+
+# ------------------------------------------------------------------------------------------------
 # The program
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -203,88 +238,11 @@ class _Program:
     run: Any  # the jitted shard_map
 
 
-def _blocks(layout: Layout, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    return [tuple(s.indices(n)[0] for s, n in zip(block, shape, strict=True)) for block in layout.device_slices(shape)]
-
-
-def _matchings(items: list[tuple[int, int, Any]]) -> list[list[tuple[int, int, Any]]]:
-    """Split ``(src, dst, payload)`` items into the fewest rounds in which each src sends and each dst
-    receives at most once: as many as the busiest device has items (König's edge colouring).
-
-    The bipartite multigraph senders -> receivers is padded to a regular one with placeholder
-    edges, and a perfect matching (Kuhn's augmenting paths) is peeled off per round; placeholders
-    are dropped. Where every device sends and receives the same number of items (the usual even
-    relayout, with what a device keeps counted as a send to itself), every device then takes part
-    in every round, and no round needs a select for idle devices.
-    """
-    if not items:
-        return []
-    senders = sorted({src for src, _, _ in items})
-    receivers = sorted({dst for _, dst, _ in items})
-    left = {d: i for i, d in enumerate(senders)}
-    right = {d: i for i, d in enumerate(receivers)}
-    n = max(len(senders), len(receivers))
-    out_deg, in_deg = [0] * n, [0] * n
-    # edges[l][r] = list of item indexes (None: a placeholder)
-    edges: list[dict[int, list[int | None]]] = [{} for _ in range(n)]
-    for k, (src, dst, _) in enumerate(items):
-        i, j = left[src], right[dst]
-        edges[i].setdefault(j, []).append(k)
-        out_deg[i] += 1
-        in_deg[j] += 1
-    degree = max(max(out_deg), max(in_deg))
-    short_right = [j for j in range(n) for _ in range(degree - in_deg[j])]
-    at = 0
-    for i in range(n):
-        for _ in range(degree - out_deg[i]):
-            edges[i].setdefault(short_right[at], []).append(None)
-            at += 1
-    rounds = []
-    for _ in range(degree):
-        match_of_right: list[int | None] = [None] * n
-        for i in range(n):
-            _augment(i, edges, match_of_right, [False] * n)
-        members = []
-        for j, owner in enumerate(match_of_right):
-            assert owner is not None  # a regular bipartite multigraph has a perfect matching (Hall)
-            item = edges[owner][j].pop()
-            if not edges[owner][j]:
-                del edges[owner][j]
-            if item is not None:
-                members.append(items[item])
-        rounds.append(members)
-    return rounds
-
-
-def _augment(
-    i: int, edges: list[dict[int, list[int | None]]], match_of_right: list[int | None], seen: list[bool]
-) -> bool:
-    """Kuhn's step: match left vertex ``i``, re-matching others along an augmenting path."""
-    stack = [(i, iter(edges[i]))]
-    path: list[tuple[int, int]] = []  # (left, right) edges of the path so far
-    while stack:
-        node, rights = stack[-1]
-        for j in rights:
-            if seen[j]:
-                continue
-            seen[j] = True
-            owner = match_of_right[j]
-            if owner is None:
-                for li, rj in [*path, (node, j)]:
-                    match_of_right[rj] = li
-                return True
-            path.append((node, j))
-            stack.append((owner, iter(edges[owner])))
-            break
-        else:
-            stack.pop()
-            if path:
-                path.pop()
-    return False
-
-
-def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -> _Program:
-    key = (source, target, shape, str(dtype))
+def _program(driver: JaxDriver, move: RelayoutMove) -> _Program:
+    """The jitted ``shard_map`` running ``move``'s schedule in rounds (the core's edge colouring: what a
+    device keeps counts as a piece it sends to itself; each round one shape, one send and one receive
+    per device). Cached per layouts, shape and dtype."""
+    key = (move.source, move.target, move.shape, move.dtype)
     with _LOCK:
         found = _PROGRAMS.get(key)
     if found is not None:
@@ -293,64 +251,20 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec
 
-    source_mesh = source.require_mesh()
-    target_mesh = target.require_mesh()
-    assert source_mesh.devices is not None and target_mesh.devices is not None
-    names = list(dict.fromkeys((*source_mesh.devices, *target_mesh.devices)))
-    where = {d: i for i, d in enumerate(names)}
-    u = len(names)
-    rank = len(shape)
-    plan = lc.relayout_plan(source, target, shape, _dtype_name(dtype))
-    src_starts, dst_starts = _blocks(source, shape), _blocks(target, shape)
-    source_block = tuple(shape[d] // source.num_shards(d) for d in range(rank))
-    target_block = tuple(shape[d] // target.num_shards(d) for d in range(rank))
-    source_of: list[int | None] = [None] * u
-    target_of: list[int | None] = [None] * u
-    for p, d in enumerate(source_mesh.devices):
-        source_of[where[d]] = p
-    for q, d in enumerate(target_mesh.devices):
-        target_of[where[d]] = q
-
-    # The rectangles, by shape: each transfer of the plan, and what each device keeps of its source
-    # block for its target block (a "send" to itself: a collective-permute pair (i, i) copies locally
-    # and moves nothing), so that rounds can be perfect matchings with no idle device.
-    by_shape: dict[tuple[int, ...], list[tuple[int, int, Any]]] = {}
-    for i in range(u):
-        held, wanted = source_of[i], target_of[i]
-        if held is None or wanted is None:
-            continue
-        p, q = held, wanted
-        lo = [max(a, b) for a, b in zip(src_starts[p], dst_starts[q], strict=True)]
-        hi = [
-            min(a + n, b + m)
-            for a, n, b, m in zip(src_starts[p], source_block, dst_starts[q], target_block, strict=True)
-        ]
-        if all(h > lo_ for lo_, h in zip(lo, hi, strict=True)):
-            size = tuple(h - lo_ for lo_, h in zip(lo, hi, strict=True))
-            at_src = tuple(a - s for a, s in zip(lo, src_starts[p], strict=True))
-            at_dst = tuple(a - s for a, s in zip(lo, dst_starts[q], strict=True))
-            by_shape.setdefault(size, []).append((i, i, (at_src, at_dst)))
-    for t in plan.transfers:
-        i, j = where[source_mesh.devices[t.src]], where[target_mesh.devices[t.dst]]
-        if i == j:  # the device's own overlap, kept above
-            continue
-        size = tuple(s.stop - s.start for s in t.index)
-        offsets = (
-            tuple(s.start - a for s, a in zip(t.index, src_starts[t.src], strict=True)),
-            tuple(s.start - a for s, a in zip(t.index, dst_starts[t.dst], strict=True)),
-        )
-        by_shape.setdefault(size, []).append((i, j, offsets))
+    schedule = move.schedule(rounds=True)
+    u, rank = len(schedule.participants), len(move.shape)
+    source_block, target_block = schedule.source_shapes[0], schedule.target_shapes[0]  # JAX: even blocks only
     rounds: list[_Round] = []
-    for size, items in by_shape.items():
-        for members in _matchings(items):
-            send_at = np.zeros((u, rank), np.int32)
-            receive_at = np.zeros((u, rank), np.int32)
-            receives = np.zeros(u, bool)
-            pairs: list[tuple[int, int]] = []
-            for sender, receiver, (from_at, to_at) in members:
-                send_at[sender], receive_at[receiver], receives[receiver] = from_at, to_at, True
-                pairs.append((sender, receiver))
-            rounds.append(_Round(size, tuple(pairs), send_at, receive_at, receives))
+    for members in schedule.rounds:
+        send_at = np.zeros((u, rank), np.int32)
+        receive_at = np.zeros((u, rank), np.int32)
+        receives = np.zeros(u, bool)
+        for piece in members:
+            send_at[piece.sender] = [s.start for s in piece.source_at]
+            receive_at[piece.receiver] = [s.start for s in piece.target_at]
+            receives[piece.receiver] = True
+        pairs = tuple((piece.sender, piece.receiver) for piece in members)
+        rounds.append(_Round(members[0].shape, pairs, send_at, receive_at, receives))
 
     def place(out: Any, piece: Any, at: Any, writes: np.ndarray, index: Any) -> Any:
         # A device that writes nothing this step rewrites what it holds there: a select over the piece,
@@ -360,7 +274,7 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
             piece = jnp.where(jnp.asarray(writes)[index], piece, held)
         return jax.lax.dynamic_update_slice(out, piece, at)
 
-    def body(block: Any) -> Any:
+    def body(block: Any) -> tuple[Any, Any]:
         index = jax.lax.axis_index(_AXIS)
         out = jnp.zeros(target_block, block.dtype)
         for r in rounds:
@@ -368,16 +282,24 @@ def _program(driver: JaxDriver, source: Layout, target: Layout, shape: tuple[int
             if any(a != b for a, b in r.pairs):  # a round where every device keeps needs no collective
                 piece = jax.lax.ppermute(piece, _AXIS, r.pairs)
             out = place(out, piece, tuple(jnp.asarray(r.receive_at)[index]), r.receives, index)
-        return out
+        # One byte per device, ready when the program is: what the in-flight bound waits on (_Inflight).
+        return out, jnp.zeros((1,), jnp.uint8)
 
-    devices = tuple(driver._by_name[d] for d in names)
+    devices = tuple(driver._by_name[d] for d in schedule.participants)
     flat = jax.sharding.Mesh(np.array(devices, dtype=object), (_AXIS,))
     spec = PartitionSpec(_AXIS)
-    mapped = jax.shard_map(body, mesh=flat, in_specs=spec, out_specs=spec, check_vma=False)
+    mapped = jax.shard_map(body, mesh=flat, in_specs=spec, out_specs=(spec, spec), check_vma=False)
     flat_sharding = jax.sharding.NamedSharding(flat, spec)
-    run = jax.jit(mapped, out_shardings=flat_sharding)
+    run = jax.jit(mapped, out_shardings=(flat_sharding, flat_sharding))
     found = _Program(
-        devices, tuple(source_of), tuple(target_of), source_block, target_block, plan.floor_bytes, flat_sharding, run
+        devices,
+        schedule.source_of,
+        schedule.target_of,
+        source_block,
+        target_block,
+        schedule.floor_bytes,
+        flat_sharding,
+        run,
     )
     with _LOCK:
         _PROGRAMS.put(key, found)
@@ -401,11 +323,10 @@ def _flat_input(program: _Program, tensor: jax.Array, scalar: bool) -> jax.Array
     return jax.make_array_from_single_device_arrays(global_shape, program.input_sharding, arrays)
 
 
-def relayout_at_floor(
-    driver: JaxDriver, tensor: jax.Array, layout: Layout, devices: tuple[str, ...], sharding: Any
-) -> jax.Array | None:
-    """``tensor`` laid out by ``layout`` (``sharding``) moving exactly ``relayout_plan``'s bytes, or ``None``
-    where ``device_put`` already moves that (see the module docstring)."""
+def relayout_at_floor(driver: JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any) -> jax.Array | None:
+    """``tensor`` laid out by ``move``'s target (``sharding``) moving exactly its plan's bytes, or ``None``
+    where ``device_put`` already moves that (see the module docstring). The source layout, the target
+    on its concrete mesh, the plan and the schedule come from ``move`` (the core's, computed once)."""
     import jax
 
     if driver._multiprocess:
@@ -416,13 +337,13 @@ def relayout_at_floor(
     with _LOCK:
         decided = _DECIDED.get(key, _UNDECIDED)
     if decided is _UNDECIDED:
-        decided = _decide(driver, tensor, layout, devices, sharding)
+        decided = _decide(driver, tensor, move, sharding)
         with _LOCK:
             _DECIDED.put(key, decided)
     if decided is None:
         return None
     program, scalar = cast("tuple[_Program, bool]", decided)
-    out = program.run(_flat_input(program, tensor, scalar))
+    out, _ = INFLIGHT.dispatch(program.run, _flat_input(program, tensor, scalar))
     by_device = {shard.device: shard.data for shard in out.addressable_shards}
     arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
     if scalar:
@@ -435,32 +356,16 @@ _UNDECIDED = object()
 _DECIDED: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
 
 
-def _decide(
-    driver: JaxDriver, tensor: jax.Array, layout: Layout, devices: tuple[str, ...], sharding: Any
-) -> tuple[_Program, bool] | None:
+def _decide(driver: JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any) -> tuple[_Program, bool] | None:
     """``None`` where ``device_put`` moves the floor, else the program that does."""
-    shape = tuple(int(s) for s in tensor.shape)
-    source = driver.native_fetch_layout(tensor)
-    target_mesh = layout.require_mesh()
-    target = Layout(layout.axes, target_mesh if target_mesh.devices is not None else target_mesh.with_devices(devices))
-    dtype = tensor.dtype
-    floor = _floor(source, target, shape, dtype)
     native = native_moved_bytes(tensor, sharding)
-    if native is not None and native <= floor:
+    if native is not None and native <= move.plan.floor_bytes:
         return None
     scalar = tensor.ndim == 0  # planned as shape (1,): shard_map splits a leading axis
     if scalar:
-        source, target, shape = Layout((None,), source.mesh), Layout((None,), target.mesh), (1,)
-    return _program(driver, source, target, shape, dtype), scalar
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _floor(source: Layout, target: Layout, shape: tuple[int, ...], dtype: Any) -> int:
-    return lc.relayout_plan(source, target, shape, _dtype_name(dtype)).floor_bytes
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(np.dtype(dtype).name) if str(dtype) != "bfloat16" else "bfloat16"
+        source, target = move.source, move.target
+        move = RelayoutMove.between(Layout((None,), source.mesh), Layout((None,), target.mesh), (1,), move.dtype)
+    return _program(driver, move), scalar
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ torch 2.13:
 * ``LocalTensor._local_tensors``: the per-rank tensors (no public accessor exists).
 * ``torch.testing._internal.distributed.fake_pg``: importing it registers the ``"fake"``
   process-group backend that the simulation's default group uses.
+* ``DTensor._local_tensor``: this rank's block as stored, read by :func:`local_block` where the
+  driver only reads it (``DTensor.to_local()`` runs an autograd function and, simulated, a
+  ``LocalTensor`` dispatch: 0.6 ms per call on 8 simulated ranks, measured, torch 2.13).
 * ``DeviceMesh._rank_map``: a ``LocalTensor`` in a DeviceMesh made under the mode (:func:`simulated_ranks_of`).
 * ``torch.distributed._functional_collectives.AsyncCollectiveTensor``: waited for under the mode (:func:`waited`).
 * ``torch.distributed.tensor.placement_types._StridedShard``: recognised only so that
@@ -42,6 +45,7 @@ __all__ = [
     "init_fake_group",
     "is_local_tensor",
     "is_strided_shard",
+    "local_block",
     "local_tensor_mode",
     "local_tensors",
     "make_local_tensor",
@@ -116,6 +120,13 @@ def is_local_tensor(value: Any) -> bool:
 def local_tensors(value: Any) -> dict[int, Any]:
     """The per-rank plain tensors of a ``LocalTensor`` (rank -> tensor)."""
     return cast("dict[int, Any]", value._local_tensors)
+
+
+def local_block(dtensor: Any) -> Any:
+    """The block ``dtensor`` stores for this rank (a ``LocalTensor`` of every rank's, simulated), without
+    ``to_local()``'s autograd function (no gradient flows through it): for reading where the block lives
+    or copying out of it, never for writing into it."""
+    return dtensor._local_tensor
 
 
 def make_local_tensor(per_rank: dict[int, Any]) -> Any:

@@ -41,7 +41,7 @@ from typing import Any, Protocol, cast
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh
-from layoutcore.driver import LRUCache
+from layoutcore.driver import LRUCache, RelayoutMove
 
 from . import _convert, _private
 
@@ -97,69 +97,34 @@ class RelayoutSchedule:
     floor_bytes: int
 
 
-def _shift(index: Sequence[slice], block: Sequence[slice]) -> tuple[slice, ...]:
-    """A global rectangle as slices into ``block`` (global slices of the holder's block)."""
-    return tuple(slice(i.start - b.start, i.stop - b.start) for i, b in zip(index, block, strict=True))
-
-
-def _explicit(blocks: list[tuple[slice, ...]], shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
-    """Blocks with explicit starts and stops (``device_slices`` writes ``slice(None)`` for a whole axis)."""
-    return [tuple(slice(*s.indices(n)[:2]) for s, n in zip(block, shape, strict=True)) for block in blocks]
-
-
-def schedule(
-    source: Layout, target: Layout, shape: tuple[int, ...], dtype: str, participants: Sequence[str]
-) -> RelayoutSchedule:
-    """The schedule of relaying ``shape`` out from ``source`` to ``target`` (both on concrete meshes).
+def schedule(move: RelayoutMove, participants: Sequence[str]) -> RelayoutSchedule:
+    """The core's schedule of ``move`` (:meth:`~layoutcore.driver.RelayoutMove.schedule`) arranged for one
+    ``all_to_all_single``: per (sender, receiver) pair, its rectangles in plan order.
 
     ``participants`` names every device of either mesh once, in the order of the collective's group.
-    Cached per arguments.
+    Cached per move and participants.
     """
-    key = (source, target, shape, dtype, tuple(participants))
+    key = (move.source, move.target, move.shape, move.dtype, tuple(participants))
     with _LOCK:
         found = _SCHEDULES.get(key)
     if found is not None:
         return cast("RelayoutSchedule", found)
-    source_mesh, target_mesh = source.mesh, target.mesh
-    assert source_mesh is not None and target_mesh is not None and source_mesh.devices and target_mesh.devices
-    where = {d: i for i, d in enumerate(participants)}
-    plan = lc.relayout_plan(source, target, shape, dtype)
-    source_blocks = _explicit(source.device_slices(shape), shape)
-    target_blocks = _explicit(target.device_slices(shape), shape)
-    u = len(participants)
-    source_of: list[int | None] = [None] * u
-    target_of: list[int | None] = [None] * u
-    for p, d in enumerate(source_mesh.devices):
-        source_of[where[d]] = p
-    for q, d in enumerate(target_mesh.devices):
-        target_of[where[d]] = q
+    core = move.schedule(participants)
+    u = len(core.participants)
     sends: list[list[list[tuple[slice, ...]]]] = [[[] for _ in range(u)] for _ in range(u)]
     receives: list[list[list[tuple[slice, ...]]]] = [[[] for _ in range(u)] for _ in range(u)]
-    for t in plan.transfers:
-        i, j = where[source_mesh.devices[t.src]], where[target_mesh.devices[t.dst]]
-        sends[i][j].append(_shift(t.index, source_blocks[t.src]))
-        receives[j][i].append(_shift(t.index, target_blocks[t.dst]))
-    local: list[tuple[tuple[slice, ...], tuple[slice, ...]] | None] = [None] * u
-    for i in range(u):
-        held, wanted = source_of[i], target_of[i]
-        if held is None or wanted is None:
-            continue
-        p, q = held, wanted
-        overlap = tuple(
-            slice(max(a.start, b.start), min(a.stop, b.stop))
-            for a, b in zip(source_blocks[p], target_blocks[q], strict=True)
-        )
-        if all(s.stop > s.start for s in overlap):
-            local[i] = (_shift(overlap, source_blocks[p]), _shift(overlap, target_blocks[q]))
+    for piece in core.pieces:
+        sends[piece.sender][piece.receiver].append(piece.source_at)
+        receives[piece.receiver][piece.sender].append(piece.target_at)
     found = RelayoutSchedule(
-        tuple(participants),
-        tuple(source_of),
-        tuple(target_of),
+        tuple(core.participants),
+        core.source_of,
+        core.target_of,
         tuple(tuple(tuple(r) for r in row) for row in sends),
         tuple(tuple(tuple(r) for r in row) for row in receives),
-        tuple(local),
-        tuple(tuple(s.stop - s.start for s in block) for block in target_blocks),
-        plan.floor_bytes,
+        tuple(None if k is None else (k.source_at, k.target_at) for k in core.keeps),
+        core.target_shapes,
+        core.floor_bytes,
     )
     with _LOCK:
         _SCHEDULES.put(key, found)
@@ -169,8 +134,8 @@ def schedule(
 # ------------------------------------------------------------------------------------------------
 # Deciding: torch's own planned steps, priced at their floors
 # ------------------------------------------------------------------------------------------------
-def native_is_at_floor(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> bool:
-    """Whether ``DTensor.redistribute`` from ``source`` to ``target`` (one DeviceMesh) moves exactly the floor.
+def native_is_at_floor(driver: TorchDriver, tensor: Any, move: RelayoutMove) -> bool:
+    """Whether ``DTensor.redistribute`` of ``move`` (one DeviceMesh) moves exactly its plan's floor.
 
     Read from torch's redistribute planner (``_gen_transform_infos``, the steps ``redistribute``
     runs), never by running it: each step is priced at the floor of the layout change it makes
@@ -180,8 +145,7 @@ def native_is_at_floor(driver: TorchDriver, tensor: Any, source: Layout, target:
     per layouts, shape, dtype and kind of group.
     Any planner it cannot read answers ``False`` (the plan runs, which is always right).
     """
-    shape = tuple(int(s) for s in tensor.shape)
-    dtype = str(tensor.dtype)
+    source, target, shape, dtype = move.source, move.target, move.shape, move.dtype
     world = driver.world()
     # torch 2.13 runs Shard -> Shard on a real CPU group (gloo) as all-gather + chunk, not all-to-all.
     gathers = not world.simulated and world.device_type == "cpu"
@@ -190,7 +154,7 @@ def native_is_at_floor(driver: TorchDriver, tensor: Any, source: Layout, target:
         found = _DECISIONS.get(key)
     if found is not None:
         return bool(found)
-    floor = lc.relayout_plan(source, target, shape, dtype).floor_bytes
+    floor = move.plan.floor_bytes
     try:
         steps = _torch_steps(driver, tensor, target)
         cost = _steps_cost(steps, source, shape, dtype, gathers)
@@ -249,12 +213,12 @@ def _level_size(before: Layout, after: Layout, dim: int, shape: tuple[int, ...])
 # ------------------------------------------------------------------------------------------------
 # Running the plan
 # ------------------------------------------------------------------------------------------------
-def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any | None:
-    """``tensor`` laid out by ``layout`` moving exactly ``relayout_plan``'s bytes, or ``None`` where the
+def relayout_at_floor(driver: TorchDriver, tensor: Any, move: RelayoutMove) -> Any | None:
+    """``tensor`` laid out by ``move``'s target moving exactly its plan's bytes, or ``None`` where the
     driver's native ``redistribute`` is right (already at the floor, a pending sum on its own mesh).
+    The source layout, the concrete target, the plan and its schedule come from ``move`` (the core's).
     A tensor that requires grad gets a differentiable plan (its gradient returns by the reverse plan)."""
-    target_mesh = layout.require_mesh()
-    device_mesh = driver.device_mesh(target_mesh)
+    device_mesh = driver.device_mesh(move.target.require_mesh())
     same_mesh = tensor.device_mesh == device_mesh
     partial = any(p.is_partial() for p in tensor.placements)
     if same_mesh and partial:
@@ -266,25 +230,26 @@ def relayout_at_floor(driver: TorchDriver, tensor: Any, layout: Layout, devices:
             tensor = tensor.redistribute(
                 tensor.device_mesh, [Replicate() if p.is_partial() else p for p in tensor.placements]
             )
-    concrete = target_mesh if target_mesh.devices is not None else target_mesh.with_devices(devices)
-    target = Layout(layout.axes, concrete)
-    source = driver.native_fetch_layout(tensor)
-    if same_mesh and native_is_at_floor(driver, tensor, source, target):
+        # another tensor now, laid out without the sums: the move from its layout
+        move = RelayoutMove.between(driver.native_fetch_layout(tensor), move.target, move.shape, move.dtype)
+    if same_mesh and native_is_at_floor(driver, tensor, move):
         return None
     if tensor.requires_grad:
-        return _differentiable(driver, tensor, source, target)
-    return _run(driver, tensor, source, target)
+        return _differentiable(driver, tensor, move)
+    return _run(driver, tensor, move)
 
 
-def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> Any:
+def _differentiable(driver: TorchDriver, tensor: Any, move: RelayoutMove) -> Any:
     """The plan as an autograd function: the gradient goes back by the reverse plan (target -> source)."""
     import torch
+
+    source, target = move.source, move.target
 
     class PlannedRelayout(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, value: Any) -> Any:
             with torch.no_grad():
-                return _run(driver, value.detach(), source, target)
+                return _run(driver, value.detach(), move)
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
@@ -294,7 +259,7 @@ def _differentiable(driver: TorchDriver, tensor: Any, source: Layout, target: La
                 with driver.spmd(target.require_mesh().size):
                     grad = grad.redistribute(grad.device_mesh, wanted)
             with torch.no_grad():
-                return _run(driver, grad, target, source)
+                return _run(driver, grad, move.reversed())
 
     with driver.spmd(max(source.require_mesh().size, target.require_mesh().size)):
         return PlannedRelayout.apply(tensor)
@@ -388,21 +353,19 @@ def _per_rank_ints(values: dict[int, int]) -> Any:
     return torch.SymInt(node)
 
 
-def _run(driver: TorchDriver, tensor: Any, source: Layout, target: Layout) -> Any:
+def _run(driver: TorchDriver, tensor: Any, move: RelayoutMove) -> Any:
     """The plan itself: one ``all_to_all_single`` of raw bytes, then each target block assembled.
 
     Simulated, every rank's buffers are built here and exchanged under ``LocalTensorMode``; on a real
     group this rank builds its own and takes part if it holds or needs anything.
     """
-    shape = tuple(int(s) for s in tensor.shape)
+    source, target, shape = move.source, move.target, move.shape
     names, ranks = _participants(driver, source, target)
-    plan = schedule(source, target, shape, str(tensor.dtype), names)
+    plan = schedule(move, names)
     u = len(names)
     target_mesh = target.require_mesh()
-    source_mesh = source.require_mesh()
     world = driver.world()
-    with driver.spmd(source_mesh.size):
-        local = tensor.to_local()
+    local = _private.local_block(tensor)  # read only (cut into send buffers, kept parts copied out)
     if world.simulated:
         held = _private.local_tensors(local) if _private.is_local_tensor(local) else None
         blocks: dict[int, Any] = {}

@@ -47,6 +47,7 @@ from .._dtypes import itemsize as _itemsize
 from .._dtypes import numpy_dtype
 from .._errors import CheckpointError
 from ._crc import crc32c
+from ._scatter import scatter_read
 
 __all__ = [
     "Box",
@@ -359,6 +360,10 @@ def read_boxes(
                 if tail is not None and verify:
                     _check_crc(buf, tail, name, file, tpath)
                 continue
+            if not (verify and piece.crc32c_at is not None) and scatter_read(
+                fd, pr, piece, reads, out, item, (name, file, tpath)
+            ):
+                continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
             if _slabbed(pr, piece, item):
                 _read_whole_in_slabs(fd, pr, piece, reads, out, dtype, scratch, verify, name, file, tpath)
                 continue

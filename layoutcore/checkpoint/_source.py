@@ -20,13 +20,14 @@ from .._dtypes import X64_DTYPES
 from .._errors import CheckpointError, LayoutError, UnsupportedLayoutError
 from .._layout import Layout
 from .._tensor_spec import TensorSpec
-from ..driver._fill import fill, fill_target, pack_owned  # at import: a load's reads are its data only
+from ..driver._fill import fill_target, pack_owned  # at import: a load's reads are its data only
 from ..driver._registry import get_driver
 from ._meta import CheckpointInfo
 from ._planner import TensorLoad, gc_paused, plan, positions_of, unknown_paths
 from ._progress import progress
 from ._read_plan import Box, StoredTensor
 from ._reader import Readers
+from ._stream import IntoState, stream_into, stream_new
 from ._tree import rebuild, walk
 
 __all__ = ["ReadPlan", "Source"]
@@ -254,17 +255,16 @@ class Source:
         _check_driver(drv, plans)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
-            for tl, blocks in readers.read(plans):
-                results[tl.path] = _pack_loaded(drv, tl, blocks)
-                advance(tl.geometry.read_bytes)
+            stream_new(readers, plans, drv, results, advance, _pack_loaded)
         return self._rebuild(results)
 
     def _load_into(self, into: Any, verify: bool) -> Any:
         """Fill the tensors of ``into``: every check before any byte is read or written.
 
-        Each tensor is read whole into host blocks first, then written into its tensor, so a
-        failure while reading leaves it with all its old values; a failure while writing one
-        leaves that one partly written, and the error lists it.
+        Tensors whose memory the loader can write (NumPy components, torch local tensors) are
+        read straight into it, or through the staging ring (:mod:`._stream`); the others are read
+        whole into host blocks first and then handed over. A failure lists every tensor that was
+        partly written (and so may hold a mix of old and new values).
         """
         flat: list[tuple[str, Any]] = []
         structure = walk(into, flat)
@@ -279,21 +279,18 @@ class Source:
         with gc_paused():
             plans = plan(self, layouts, lambda p, _: list(targets[p].positions), only=list(targets))
         results: dict[str, Any] = {}
-        writing: str | None = None
+        state = IntoState()
         try:
             with Readers(self, verify, checkpoint_threads()) as readers:
-                for tl, blocks in readers.read(plans):
-                    writing = tl.path
-                    results[tl.path] = fill(targets[tl.path], blocks)
-                    writing = None
+                stream_into(readers, plans, targets, results, state)
         except Exception as err:
-            raise self._into_error(err, writing, list(results)) from err
+            raise self._into_error(err, state.partly(results), list(results)) from err
         return rebuild(structure, results)
 
-    def _into_error(self, err: Exception, writing: str | None, done: list[str]) -> CheckpointError:
-        tensor = writing or getattr(err, "tensor", None)
+    def _into_error(self, err: Exception, writing: list[str], done: list[str]) -> CheckpointError:
+        tensor = getattr(err, "tensor", None) or (writing[0] if writing else None)
         file = getattr(err, "file", None)
-        partly = f"partly written: [{writing!r}]" if writing else "no tensor of into was partly written"
+        partly = f"partly written: {writing!r}" if writing else "no tensor of into was partly written"
         return CheckpointError(
             f"Checkpoint {self.path}: load(into=...) failed at tensor {tensor!r}"
             f"{f' (file {file!r})' if file else ''}: {type(err).__name__}: {err}. {partly}; "

@@ -18,12 +18,14 @@ from .._config import CPU_DEVICES_ENV, cpu_device_count
 from .._devices import canonical_device, canonical_devices
 from .._dtypes import *  # noqa: F403  (the dtype helpers, one source: their __all__ is ours too)
 from .._layout import BoundLayout
+from .._relayout_schedule import Piece, RelayoutSchedule, relayout_schedule
 from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._frontend import Driver, HoldsValue
 from ._hooks import DriverHooks, VariableHandle
 from ._processes import SINGLE_PROCESS, Barrier, ProcessGroup
 from ._registry import DRIVER_ENV, ENTRY_POINT_GROUP, DriverInfo, driver_infos, register_driver
+from ._relayout_move import RelayoutMove
 
 __all__ = [
     "CPU_DEVICES_ENV",
@@ -40,13 +42,17 @@ __all__ = [
     "HoldsValue",
     "LRUCache",
     "Limitation",
+    "Piece",
     "ProcessGroup",
+    "RelayoutMove",
+    "RelayoutSchedule",
     "VariableHandle",
     "canonical_device",
     "canonical_devices",
     "cpu_device_count",
     "driver_infos",
     "register_driver",
+    "relayout_schedule",
     "required_capabilities",
 ]
 __all__ += _dtypes.__all__

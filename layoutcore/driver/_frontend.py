@@ -38,15 +38,18 @@ import numpy as np
 from .._capabilities import Capability
 from .._checks import short_repr
 from .._config import CPU_DEVICES_ENV
+from .._dtypes import dtype_name as _canonical_dtype_name
 from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._cache import LRUCache
+from ._call_result import checked_call_result
 from ._capabilities import required_capabilities
 from ._dtype_names import dtype_name, known_dtype_name
 from ._holds_value import HoldsValue
 from ._hooks import DriverHooks, dtype_refusal
 from ._pack import checked_pack
+from ._relayout_move import RelayoutMove
 
 __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue", "dtype_name", "known_dtype_name"]
 
@@ -160,7 +163,7 @@ class Driver(DriverHooks):
             UnsupportedLayoutError: the layout needs a capability this driver lacks.
         """
         if not isinstance(layout, Layout):
-            raise LayoutError(f"Expected a layoutcore Layout. Received: {_short(layout)}", value=layout)
+            raise LayoutError(f"Expected a layoutcore Layout. Received: {short_repr(layout, 80)}", value=layout)
         if layout.mesh is None:
             raise LayoutError(f"{layout!r} has no mesh; bind one with layout.with_mesh(mesh).", value=layout)
         for capability, why in required_capabilities(layout, global_shape).items():
@@ -322,15 +325,17 @@ class Driver(DriverHooks):
         if value is None or isinstance(value, dict | set | frozenset | str | bytes):
             raise LayoutError(
                 f"{what} needs an array, a framework tensor or a nested list of numbers. "
-                f"Received: {_short(value)} ({type(value).__name__})",
+                f"Received: {short_repr(value, 80)} ({type(value).__name__})",
                 value=value,
             )
         try:
             prepared = self.prepare_input(value)
         except (ValueError, TypeError) as exc:  # ragged nested lists, objects NumPy cannot hold
-            raise LayoutError(f"{what} cannot make one array of {_short(value)}: {exc}", value=value) from None
+            raise LayoutError(f"{what} cannot make one array of {short_repr(value, 80)}: {exc}", value=value) from None
         if isinstance(prepared, np.ndarray) and prepared.dtype.kind == "O":  # only NumPy makes object arrays
-            raise LayoutError(f"{what} needs numbers; {_short(value)} becomes an array of Python objects.", value=value)
+            raise LayoutError(
+                f"{what} needs numbers; {short_repr(value, 80)} becomes an array of Python objects.", value=value
+            )
         return prepared
 
     @final
@@ -417,7 +422,7 @@ class Driver(DriverHooks):
                     feature=Capability.RELAYOUT_ACROSS_MESHES,
                     value=layout,
                 )
-        result = self.native_relayout(tensor, layout, devices)
+        result = self.native_relayout_planned(tensor, self.relayout_move(tensor, layout, devices))
         if result is tensor:
             # The same object back: fine where it already has ``layout``. Where it differs only in
             # what the record restores (a mesh's name), the other handle's answer would change.
@@ -429,6 +434,21 @@ class Driver(DriverHooks):
                     value=layout,
                 )
         return self._record(result, layout)
+
+    @final
+    def relayout_move(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> RelayoutMove:
+        """What :meth:`relayout` hands :meth:`native_relayout_planned`: ``layout`` (validated, its mesh
+        bound to ``devices``), and the source layout read on first use: the front-end's record of
+        ``tensor``, else its native layout, on its concrete mesh."""
+
+        def read_source() -> Layout:
+            source = self.recorded_layout(tensor) or self._user_layout(self.native_fetch_layout(tensor))
+            mesh = source.require_mesh()
+            return source if mesh.devices is not None else Layout(source.axes, mesh.with_devices(self.bind_mesh(mesh)))
+
+        return RelayoutMove(
+            read_source, lambda: _canonical_dtype_name(tensor.dtype), layout, devices, self.shape_of(tensor)
+        )
 
     @final
     def fetch_layout(self, tensor: Any) -> Layout:
@@ -485,32 +505,14 @@ class Driver(DriverHooks):
             LayoutcoreError: the result is laid out otherwise (a driver defect).
         """
         if not callable(fn):
-            raise LayoutError(f"call_with_layout needs a callable. Received: {_short(fn)}", value=fn)
+            raise LayoutError(f"call_with_layout needs a callable. Received: {short_repr(fn, 80)}", value=fn)
         if not isinstance(layout, Layout) or layout.mesh is None:
             self.check_layout(layout, ())
         if not self._lc_own_call:  # the contract's default: run fn here, distribute with every check
             return self.distribute_tensor(fn(*args, **kwargs), layout)
         bound = cast(BoundLayout, layout)  # a Layout with a mesh: checked above
         result = self.native_call_with_layout(fn, bound, self.bind_mesh(bound.mesh), args, kwargs)
-        traced = self._lc_traces and self.is_traced(result) and not self.is_distributed(result)
-        if not traced and not self.is_distributed(result):  # the hook's default (super()): fn's plain result
-            return self.distribute_tensor(result, layout)
-        # A driver bug, not a user error: never hand back a wrongly laid out value. Ask the tensor
-        # itself, not the record the hook's own calls may have left.
-        if traced:  # a sharding constraint in the compiler: no record
-            self._require_traced("call_with_layout", result)
-            try:
-                got = self.native_fetch_layout(result)
-            except UnsupportedLayoutError as unknown:
-                if unknown.feature != Capability.TRACED.value:
-                    raise
-                return result  # the framework fixes the layout only when it compiles: the constraint stands
-        else:
-            got = self.native_fetch_layout(self.require_distributed(result, "call_with_layout's result"))
-            self._check_dtype(result)  # a declared set must hold for what the framework made, too
-        if not self._agrees(layout, got):
-            raise LayoutcoreError(f"{self.name} call_with_layout produced {got}, not {layout}.", value=got)
-        return result if traced else self._record(result, layout)
+        return checked_call_result(self, result, layout)
 
     # ==========================================================================================
     # Variable plumbing (used by layoutcore.Variable)
@@ -581,7 +583,3 @@ def _placement(layout: Layout) -> tuple[tuple[str, ...], ...]:
     """Per tensor axis, the mesh axes of size > 1 it is split over (what places data)."""
     mesh = layout.require_mesh()
     return tuple(tuple(a for a in layout.mesh_axes(d) if mesh.axis_size(a) > 1) for d in range(layout.rank))
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    return short_repr(value, limit)  # never raises, even for a value whose __repr__ does

@@ -55,9 +55,11 @@ from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
 from ._processes import SINGLE_PROCESS, ProcessGroup
+from ._stream_hooks import StreamHooks
 
 if TYPE_CHECKING:
     from .._layout_map import LayoutMap
+    from ._relayout_move import RelayoutMove
 
 __all__ = ["DriverHooks", "VariableHandle"]
 
@@ -88,7 +90,7 @@ class VariableHandle:
         self.value = value
 
 
-class DriverHooks(abc.ABC):
+class DriverHooks(StreamHooks, abc.ABC):
     """The plug-in contract: class attributes, required hooks, optional hooks with defaults.
 
     Do not subclass this class directly; subclass :class:`layoutcore.Driver`, which adds the
@@ -306,6 +308,25 @@ class DriverHooks(abc.ABC):
         Raises:
             UnsupportedLayoutError: a move the framework cannot make (``Limitation.PARTIAL`` ...).
         """
+
+    def native_relayout_planned(self, tensor: Any, move: RelayoutMove) -> Any:
+        """:meth:`native_relayout` with what the front-end knows of the move.
+
+        Args:
+            tensor: a distributed tensor of this driver.
+            move: the target (``move.layout`` as the caller gave it, validated; ``move.target`` on
+                the concrete mesh ``move.devices``), and, computed by the core on first use and
+                cached, the source layout on its concrete mesh (``move.source``), the plan
+                (``move.plan``) and its schedule (``move.schedule(participants, rounds=...)``).
+
+        Default: ``native_relayout(tensor, move.layout, move.devices)``, so a driver that hands
+        relayouts to its framework implements only that. Override to run the core's schedule
+        (JAX, torch): read the source, target and plan from ``move``, never again from the tensor.
+
+        Raises:
+            UnsupportedLayoutError: as :meth:`native_relayout`.
+        """
+        return self.native_relayout(tensor, move.layout, move.devices)
 
     @abc.abstractmethod
     def native_fetch_layout(self, tensor: Any) -> Layout:

@@ -311,6 +311,31 @@ class NumpyDriver(Driver):
             np.copyto(writable, block, casting="no")
         return tensor
 
+    def native_host_views(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> list[Any] | None:
+        """Writable views of the components' memory (``None`` for a strided or read-only one)."""
+        out: list[Any] = []
+        for component in tensor.components:
+            view = component.view()
+            try:
+                view.flags.writeable = True
+            except ValueError:
+                return None
+            out.append(view if view.flags.c_contiguous else None)
+        return out
+
+    def native_write_rows(self, tensor: ShardedArray, index: int, rows: tuple[int, int], staged: np.ndarray) -> None:
+        """``np.copyto`` of the staged rows into component ``index``'s memory (as :meth:`native_fill`)."""
+        component = tensor.components[index].view()
+        try:
+            component.flags.writeable = True
+        except ValueError:
+            raise LayoutError(
+                f"into: component {index} of the NumPy tensor views read-only memory that cannot be written in "
+                "place; load it with target= instead.",
+                value=index,
+            ) from None
+        np.copyto(component[rows[0] : rows[1]] if component.ndim else component, staged, casting="no")
+
     def native_relayout(self, tensor: ShardedArray, layout: Layout, devices: tuple[str, ...]) -> ShardedArray:
         """Execute exactly :func:`layoutcore.relayout_plan`'s transfers.
 

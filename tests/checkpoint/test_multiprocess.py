@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from layoutcore import Layout, Mesh, checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _mp_common import oracle, targets
+from _support import run_processes
 from test_matrix import _python
 
 WORKER = Path(__file__).with_name("_mp_worker.py")
@@ -57,31 +57,8 @@ def _run_pair(framework: str, root: Path) -> list[dict[str, object]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS", "DTENSOR_"))}
     env["JAX_PLATFORMS"] = "cpu"
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    procs = [
-        subprocess.Popen(
-            [python, str(WORKER), framework, str(i), port, str(root)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in (0, 1)
-    ]
-    deadline = time.monotonic() + 420
-    outputs = []
-    try:
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-            outputs.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
+    argvs = [[python, str(WORKER), framework, str(i), port, str(root)] for i in (0, 1)]
+    outputs = run_processes(argvs, env=env, timeout=420)
     # every worker's output on a failure: the one that died first is often not the one that reports it
     assert all(rc == 0 for rc, _, _ in outputs), f"{framework} worker(s) failed:\n" + "\n".join(
         f"worker {i} (rc {rc}):\n{out[-2000:]}\n{err[-8000:]}" for i, (rc, out, err) in enumerate(outputs)

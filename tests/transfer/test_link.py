@@ -12,15 +12,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _support import run_processes
 
 WORKER = Path(__file__).with_name("_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,31 +41,8 @@ def _run(scenario: str, world: int, *, expect_dead: int | None = None) -> dict[i
     port = str(_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "drivers"), env.get("PYTHONPATH", "")])
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), scenario, str(r), str(world), port],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for r in range(world)
-    ]
-    deadline = time.monotonic() + 240
-    outputs = []
-    try:
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-            outputs.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
+    argvs = [[sys.executable, str(WORKER), scenario, str(r), str(world), port] for r in range(world)]
+    outputs = run_processes(argvs, env=env, timeout=240)
     results = {}
     for r, (rc, out, err) in enumerate(outputs):
         if r == expect_dead:

@@ -250,6 +250,9 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
             ) from None
         paths.append(keys)
         tree_path, key = "/".join(keys), ".".join(keys)
+        if kind == "None":  # Orbax's record of a None leaf or an empty node (optax's EmptyState): no array stored
+            values[tree_path] = None
+            continue
         kv = (
             {"driver": "ocdbt", "base": base, "path": key + "/"}
             if use_ocdbt

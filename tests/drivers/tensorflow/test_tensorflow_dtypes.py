@@ -78,19 +78,28 @@ def test_relayouts_between_every_pair_of_layouts_keep_the_bits(driver: TensorFlo
                 checks.assert_placed("tensorflow", lc.relayout(t, target), target, x, read)
 
 
+@pytest.mark.parametrize("shape", [checks.SHAPE, (8, 64)])
 @pytest.mark.parametrize("name", [n for n in HELD if not n.startswith("float8")])
 def test_large_relayouts_move_integer_views_made_on_the_devices(
-    driver: TensorFlowDriver, name: str, monkeypatch: pytest.MonkeyPatch
+    driver: TensorFlowDriver, name: str, shape: tuple[int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Above PACK_MAX_BYTES a relayout runs DTensor's collectives on a bitcast (or widened) view; the
-    threshold is lowered so that the small test values take that path."""
+    """Above PACK_MAX_BYTES a relayout runs DTensor's collectives on an integer view: int64 words made
+    block by block where every block's last axis holds whole words (all of (8, 64)'s layouts, some of
+    (8, 4)'s), else a bitcast (or widened) view; the threshold is lowered so that the small test values
+    take that path."""
     monkeypatch.setattr(tf_driver_module, "PACK_MAX_BYTES", 0)
-    x = random_values(name, checks.SHAPE, seed=11)
+    words = driver._words_relayout
+    used: list[bool] = []
+    monkeypatch.setattr(driver, "_words_relayout", lambda *a: used.append(words(*a) is not None) or words(*a))
+    x = random_values(name, shape, seed=11)
     for source in checks.LAYOUTS:
         t = lc.distribute_tensor(x, source)
         for target in checks.LAYOUTS:
             if target != source:
                 checks.assert_placed("tensorflow", lc.relayout(t, target), target, x, read)
+    if shape == (8, 64):  # int64 words for every move, but of int64 itself and of what TF cannot view
+        viewable = name not in ("bool", "int64", "complex128")
+        assert used and all(used) == viewable and any(used) == viewable, used
 
 
 @pytest.mark.parametrize("name", ["uint64", "float8_e5m2", "float32", "complex128", "int16"])

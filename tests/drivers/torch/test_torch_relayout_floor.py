@@ -25,6 +25,7 @@ from layoutcore_torch._relayout import CollectiveBytes
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh
+from layoutcore.driver import RelayoutMove
 
 DEVICES = [f"CPU:{i}" for i in range(8)]
 LINE = Mesh((8,), ("x",), devices=DEVICES)
@@ -119,14 +120,15 @@ def test_the_driver_keeps_redistribute_where_torch_plans_the_floor(driver: Torch
     for case, op in kept.items():
         source, target, shape = CASES[case]
         tensor = lc.distribute_tensor(values(shape, "float32"), source, driver=driver)
-        assert _relayout.native_is_at_floor(driver, tensor, source, target)
+        assert _relayout.native_is_at_floor(driver, tensor, RelayoutMove.between(source, target, shape, "float32"))
         with CollectiveBytes() as counted:
             lc.relayout(tensor, target, driver=driver)
         assert [o.split()[0] for o in counted.ops] == [op]
     for case in ("(x,y) -> (y,x)", "uneven S0 -> S1", "((x,y),None) -> (None,(x,y))"):
         source, target, shape = CASES[case]
         tensor = lc.distribute_tensor(values(shape, "float32"), source, driver=driver)
-        assert not _relayout.native_is_at_floor(driver, tensor, source, target), case
+        move = RelayoutMove.between(source, target, shape, "float32")
+        assert not _relayout.native_is_at_floor(driver, tensor, move), case
         # what torch would have moved: more than the floor (counted by running redistribute itself)
         with driver.spmd(8), CollectiveBytes() as native:
             tensor.redistribute(driver.device_mesh(target.mesh), driver.placements(target))

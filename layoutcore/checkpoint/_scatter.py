@@ -1,0 +1,144 @@
+"""Scatter reads: one stored piece read by the kernel straight into the parts of several blocks.
+
+A layout that cuts across the saved blocks (rows saved, columns loaded; any column-split
+safetensors tensor) needs each stored row split between several destination blocks. Read into a
+buffer and copied out, every byte is copied twice on the host. Here each row part gets its own
+``iovec`` pointing into its destination block, and ``preadv(2)`` (libc's, through :mod:`ctypes`,
+which releases the GIL; up to ``IOV_MAX`` parts a call) fills them all: one copy, by the kernel.
+
+Used where no checksum is checked over the piece (``verify=False``, or a format without
+checksums: safetensors, torch DCP): a checksum computed over thousands of small parts would
+cost more than the copy it saves, so a checked piece keeps the slab path of :mod:`._read_plan`.
+The piece must be read whole and tile exactly into the destination parts (its first two axes
+split among the blocks, its trailing axes whole), each part at least :data:`MIN_PART` bytes
+on average; otherwise the caller's slab path runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import CheckpointError
+
+__all__ = ["MIN_PART", "scatter_read"]
+
+#: Parts smaller than this on average are copied out of a slab instead (an iovec costs more).
+MIN_PART = 512
+IOV_MAX = 1024
+
+_libc: Any
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _preadv = _libc.preadv
+    _preadv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong]
+    _preadv.restype = ctypes.c_ssize_t
+except (OSError, AttributeError):  # pragma: no cover - a libc without preadv: the slab path runs
+    _preadv = None
+
+
+def _tiles(pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int) -> np.ndarray | None:
+    """The ``(address, length)`` uint64 rows of the piece's bytes in file order, or None."""
+    shape, rank = piece.shape, len(piece.shape)
+    if rank < 2 or any(p + s > t for p, s, t in zip(piece.start, shape, reads.tensor.shape, strict=True)):
+        return None  # an edge piece's padding has no destination
+    inner = math.prod(shape[2:]) * item
+    groups: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    volume = 0
+    for b, a, z in pr.copies:
+        box_off, box_sizes = reads.boxes[b]
+        dst = out[b]
+        if tuple(box_sizes[2:]) != tuple(shape[2:]) or not dst.flags.c_contiguous:
+            return None
+        if any(a[d] != piece.start[d] or z[d] != piece.start[d] + shape[d] for d in range(2, rank)):
+            return None
+        row = box_sizes[1] * inner
+        addr = dst.ctypes.data + (a[0] - box_off[0]) * row + (a[1] - box_off[1]) * inner
+        r0, r1 = a[0] - piece.start[0], z[0] - piece.start[0]
+        groups.setdefault((r0, r1), []).append((a[1] - piece.start[1], z[1] - piece.start[1], addr, row))
+        volume += (r1 - r0) * (z[1] - a[1])
+    if volume != shape[0] * shape[1]:
+        return None
+    parts = []
+    at = 0
+    for (r0, r1), copies in sorted(groups.items()):
+        copies.sort()
+        if r0 != at or copies[0][0] != 0 or copies[-1][1] != shape[1]:
+            return None
+        if any(x[1] != y[0] for x, y in itertools.pairwise(copies)):
+            return None
+        at = r1
+        rows = np.arange(r1 - r0, dtype=np.uint64)[:, None]
+        addr = np.array([c[2] for c in copies], dtype=np.uint64)[None, :]
+        stride = np.array([c[3] for c in copies], dtype=np.uint64)[None, :]
+        lengths = np.array([(c[1] - c[0]) * inner for c in copies], dtype=np.uint64)
+        block = np.empty((r1 - r0, len(copies), 2), dtype=np.uint64)
+        block[:, :, 0] = addr + rows * stride
+        block[:, :, 1] = lengths[None, :]
+        parts.append(block.reshape(-1, 2))
+    if at != shape[0]:
+        return None
+    iov = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if math.prod(shape) * item < MIN_PART * len(iov):
+        return None
+    return iov
+
+
+def scatter_read(
+    fd: int, pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, where: tuple[str, str, str]
+) -> bool:
+    """Read piece ``pr`` (whole, plus its stored checksum bytes, unchecked) straight into ``out``.
+
+    Returns:
+        False where the piece does not qualify (nothing was read: the caller reads it otherwise).
+
+    Raises:
+        CheckpointError: a short or failed read (``where``: checkpoint, file, tensor).
+    """
+    if _preadv is None or not pr.whole or pr.zero_padded or len(pr.runs) != 1:
+        return False
+    iov = _tiles(pr, piece, reads, out, item)
+    if iov is None:
+        return False
+    offset = piece.offset
+    extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
+    if extra:
+        tail = np.empty(extra, dtype=np.uint8)
+        iov = np.concatenate([iov, np.array([[tail.ctypes.data, extra]], dtype=np.uint64)])
+    for start in range(0, len(iov), IOV_MAX):
+        chunk = np.ascontiguousarray(iov[start : start + IOV_MAX])
+        offset += _read_chunk(fd, chunk, offset, where)
+    return True
+
+
+def _read_chunk(fd: int, chunk: np.ndarray, offset: int, where: tuple[str, str, str]) -> int:
+    """``preadv`` every iovec of ``chunk`` at ``offset``, resuming after short reads; the bytes read."""
+    want = int(chunk[:, 1].sum())
+    done = 0
+    while done < want:
+        got = _preadv(fd, chunk.ctypes.data, len(chunk), offset + done)
+        if got <= 0:
+            name, file, tensor = where
+            err = ctypes.get_errno()
+            why = os.strerror(err) if got < 0 else f"wanted {want} bytes at offset {offset}, got {done}"
+            raise CheckpointError(
+                f"Checkpoint {name}: tensor {tensor!r}: file {file!r} is truncated or unreadable ({why}).",
+                path=name,
+                file=file,
+                tensor=tensor,
+            )
+        done += got
+        if done < want:  # resume inside the iovec the read stopped in
+            ends = np.cumsum(chunk[:, 1].astype(np.int64))
+            k = int(np.searchsorted(ends, got, side="right"))
+            chunk = chunk[k:].copy()
+            used = got - (int(ends[k - 1]) if k else 0)
+            chunk[0, 0] += np.uint64(used)
+            chunk[0, 1] -= np.uint64(used)
+    return want

@@ -1,0 +1,95 @@
+"""Scatter reads (layoutcore.checkpoint._scatter): a stored piece read by the kernel straight into
+the parts of several blocks. Oracle: the saved NumPy arrays sliced by the layouts' pure shard math."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import layoutcore as lc
+from layoutcore import CheckpointError, Layout, Mesh, checkpoint
+from layoutcore.checkpoint import _read_plan, _scatter
+
+MESH = Mesh((4,), ("x",))
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Records each scatter_read's answer (True: the piece was scattered)."""
+    calls: list[bool] = []
+    real = _scatter.scatter_read
+
+    def wrapped(*args: Any) -> bool:
+        calls.append(real(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(_read_plan, "scatter_read", wrapped)
+    return calls
+
+
+def _blocks_equal(tensor: Any, value: np.ndarray, layout: Layout) -> None:
+    for comp, sl in zip(lc.unpack(tensor), layout.device_slices(value.shape), strict=True):
+        assert np.asarray(comp).tobytes() == value[sl].tobytes()
+
+
+@pytest.mark.parametrize(
+    ("shape", "saved", "target"),
+    [
+        ((64, 1024), ("x", None), (None, "x")),  # rows -> columns
+        ((16, 64, 8), ("x", None, None), (None, "x", None)),  # trailing axis whole
+        ((64, 1024), (None, None), (None, "x")),  # one piece -> 4 column blocks
+    ],
+)
+def test_scatter_reads_layoutcore_pieces_bit_exact_without_verify(
+    tmp_path: Path, spy: list[bool], shape: tuple[int, ...], saved: tuple[Any, ...], target: tuple[Any, ...]
+) -> None:
+    value = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    checkpoint.save(tmp_path / "ck", {"w": lc.distribute_tensor(value, Layout(saved, MESH), driver="numpy")})
+    layout = Layout(target, MESH)
+    out = checkpoint.load(tmp_path / "ck", {"w": layout}, driver="numpy", verify=False)
+    assert spy and all(spy)
+    _blocks_equal(out["w"], value, layout)
+    spy.clear()
+    checked = checkpoint.load(tmp_path / "ck", {"w": layout}, driver="numpy")  # checksums: the slab path
+    assert not spy
+    _blocks_equal(checked["w"], value, layout)
+
+
+def test_scatter_reads_safetensors_columns_and_into(tmp_path: Path, spy: list[bool]) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    value = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
+    file = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({"w": value, "b": value[:3, :5].copy()}, str(file))
+    cols = Layout((None, "x"), MESH)
+    out = checkpoint.load(file, {"w": cols}, driver="numpy")
+    assert spy and spy[0]
+    _blocks_equal(out["w"], value, cols)
+    into = {
+        "w": lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes(value.shape)], cols, global_shape=value.shape)
+    }
+    filled = checkpoint.load(file, into=into)
+    _blocks_equal(filled["w"], value, cols)
+
+
+def test_uneven_and_small_parts_fall_back(tmp_path: Path, spy: list[bool]) -> None:
+    value = np.random.default_rng(2).standard_normal((30, 10)).astype(np.float32)  # 10 columns over 4: parts < 512 B
+    checkpoint.save(tmp_path / "ck", {"w": lc.distribute_tensor(value, Layout(("x", None), MESH), driver="numpy")})
+    layout = Layout((None, "x"), MESH)
+    out = checkpoint.load(tmp_path / "ck", {"w": layout}, driver="numpy", verify=False)
+    assert spy and not any(spy)
+    _blocks_equal(out["w"], value, layout)
+
+
+def test_a_truncated_file_names_tensor_and_file(tmp_path: Path) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    file = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({"w": np.ones((64, 512), np.float32)}, str(file))
+    data = file.read_bytes()
+    with checkpoint.open(file) as source:  # the sizes were checked at open; the file shrinks after
+        file.write_bytes(data[: len(data) - 4096])
+        with pytest.raises(CheckpointError, match="truncated") as info:
+            source.load({"w": Layout((None, "x"), MESH)}, driver="numpy")
+    assert info.value.tensor == "w" and info.value.file is not None
