@@ -476,18 +476,7 @@ class _Sync:
         clock["unpacking"] += time.perf_counter() - start
         direct: dict[tuple[int, int], bool] = {}
 
-        pool = self.link._pool
-
-        def buffer(kind: str, peer: int, k: int) -> Callable[[int], Any]:
-            # two buffers per peer and direction (round k is unpacked while round k + 1 is on the wire)
-            def get(size: int) -> Any:
-                key = (kind, peer, k % 2)
-                buf = pool.get(key)
-                if buf is None or buf.nbytes < size:
-                    buf = pool[key] = np.empty(size, dtype=np.uint8)
-                return buf[:size]
-
-            return get
+        buffer = functools.partial(_pool_buffer, self.link._pool)
 
         def packers(k: int) -> list[tuple[int, Callable[[], Any]]]:
             return [
@@ -509,14 +498,7 @@ class _Sync:
                     _schedule.unpack(sched.recvs[p][k], buf, receivers, verify, p)
 
         self.wire.rounds(sched.rounds, packers, receive_into, unpack, clock)
-        sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
-        received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
-        crc = (
-            4 * sum(len(bucket) for b in (*sched.sends.values(), *sched.recvs.values()) for bucket in b)
-            if verify
-            else 0
-        )
-        return sent, received, crc
+        return _schedule_bytes(sched, verify)
 
     def partly_written(self) -> str:
         if not self.into_paths:
@@ -540,3 +522,27 @@ class _Sync:
         from .._paths import map_leaves
 
         return map_leaves(self.target, lambda path, leaf: values.get(path, leaf), "/")
+
+
+def _pool_buffer(pool: dict[Any, Any], kind: str, peer: int, k: int) -> Callable[[int], Any]:
+    """A getter of a uint8 buffer of at least ``size`` bytes for round ``k`` with ``peer``, kept in ``pool``.
+
+    Two buffers per peer and direction (``kind``): round k is unpacked while round k + 1 is on the wire.
+    """
+
+    def get(size: int) -> Any:
+        key = (kind, peer, k % 2)
+        buf = pool.get(key)
+        if buf is None or buf.nbytes < size:
+            buf = pool[key] = np.empty(size, dtype=np.uint8)
+        return buf[:size]
+
+    return get
+
+
+def _schedule_bytes(sched: _schedule.Schedule, verify: bool) -> tuple[int, int, int]:
+    """Payload bytes ``sched`` sends and receives, and its checksum bytes (4 per bucket when ``verify``)."""
+    sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
+    received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
+    crc = 4 * sum(len(bucket) for b in (*sched.sends.values(), *sched.recvs.values()) for bucket in b) if verify else 0
+    return sent, received, crc
