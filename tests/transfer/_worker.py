@@ -1,4 +1,4 @@
-"""One process of the multi-process ``transfer.Link`` tests (test_link.py); not collected by pytest.
+"""One process of the multi-process ``transfer.Link`` tests (test_transfer_link.py); not collected by pytest.
 
 Usage: python _worker.py SCENARIO RANK WORLD PORT
 
