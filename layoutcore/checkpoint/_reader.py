@@ -41,7 +41,7 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
     block, one allocation per block measured as fast or faster, and each block owns its memory.
     """
     item = np.dtype(dtype).itemsize
-    sizes = [-(-math.prod(s) * item // ALIGN) * ALIGN for s in shapes]  # each block starts 64-byte aligned
+    sizes = [(math.prod(s) * item + ALIGN - 1) // ALIGN * ALIGN for s in shapes]  # each block starts 64-byte aligned
     flat = aligned_empty(sum(sizes))
     out, at = [], 0
     for shape, n in zip(shapes, sizes, strict=True):
