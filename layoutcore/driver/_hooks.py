@@ -54,7 +54,7 @@ from .._dtypes import ALL_DTYPES
 from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
-from ._processes import SINGLE_PROCESS, ProcessGroup
+from ._process_hooks import ProcessHooks
 from ._stream_hooks import StreamHooks
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class VariableHandle:
         self.value = value
 
 
-class DriverHooks(StreamHooks, abc.ABC):
+class DriverHooks(StreamHooks, ProcessHooks, abc.ABC):
     """The plug-in contract: class attributes, required hooks, optional hooks with defaults.
 
     Do not subclass this class directly; subclass :class:`layoutcore.Driver`, which adds the
@@ -565,41 +565,3 @@ class DriverHooks(StreamHooks, abc.ABC):
             DriverUnavailableError: the framework's integration that the scope needs is missing.
         """
         return contextlib.nullcontext()
-
-    # ==========================================================================================
-    # Processes and host copies (what a checkpoint save needs from the framework)
-    # ==========================================================================================
-    def process_group(self) -> ProcessGroup:
-        """The processes that run this program together: rank, size and a barrier
-        (default: one process, :data:`~layoutcore.driver.SINGLE_PROCESS`).
-
-        A save asks the driver of the tree's first distributed tensor: every process writes the
-        blocks it owns, all meet at the barrier, one commits. A single-process simulation of
-        several ranks is one process.
-
-        JAX: ``jax.process_index``/``process_count``, ``multihost_utils.sync_global_devices``;
-        torch: a real ``torch.distributed`` group's ``get_rank``/``get_world_size``/``barrier``;
-        TF: ``dtensor.client_id``/``num_clients``, a DTensor all-gather bounded in time.
-
-        Raises:
-            Nothing (a framework that is not running in several processes is one process).
-        """
-        return SINGLE_PROCESS
-
-    def component_to_host(self, component: Any) -> np.ndarray:
-        """A component, or a plain (undistributed) tensor of this framework, in host memory, bit for bit.
-
-        Returns:
-            An array of the value's own shape and dtype (bfloat16 and float8 as ``ml_dtypes``
-            arrays, moved through a same-width unsigned integer view, never through arithmetic),
-            fetched from device memory where the value lives there. It may share memory with the
-            value (the caller only reads it); it is not copied again when it is already on the host.
-            Default: :meth:`component_to_numpy`.
-
-        torch: ``detach().cpu()`` and ``numpy()`` of a same-width ``uint8``/``int16`` view;
-        TF: ``numpy()``; JAX, NumPy: ``np.asarray``.
-
-        Raises:
-            Nothing for a component of this driver's tensors or a plain tensor of its framework.
-        """
-        return self.component_to_numpy(component)
