@@ -35,17 +35,22 @@ def plain_console(monkeypatch: Any, columns: int) -> None:
         monkeypatch.setenv(name, value)
 
 
-def run_processes(argvs: list[list[str]], *, env: dict[str, str], timeout: float) -> list[tuple[int, str, str]]:
+def run_processes(
+    argvs: list[list[str]], *, env: dict[str, str], timeout: float, cwd: str | None = None
+) -> list[tuple[int, str, str]]:
     """Start every command at once (the ranks of one group), then collect each one's ``(returncode, stdout, stderr)``.
 
-    A rank still running ``timeout`` seconds after the start is killed (its return code is then negative), and
-    none is left running on any exit, so a hung peer fails the test instead of hanging it.
+    A rank still running ``timeout`` seconds after the start is killed (its return code is then negative, and its
+    stderr ends with a ``[killed ...]`` line), and none is left running on any exit, so a hung peer fails the
+    test instead of hanging it. Driver tests (where tests/ is not on ``sys.path``) load it with ``runpy``.
     """
     import signal
     import subprocess
     import time
 
-    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in argvs]
+    procs = [
+        subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd) for a in argvs
+    ]
     deadline = time.monotonic() + timeout
     outputs = []
     try:
@@ -55,6 +60,7 @@ def run_processes(argvs: list[list[str]], *, env: dict[str, str], timeout: float
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
+                err += f"\n[killed at the {timeout} s deadline]"
             outputs.append((p.returncode, out, err))
     finally:
         for p in procs:

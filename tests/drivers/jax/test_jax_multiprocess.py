@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +20,8 @@ from layoutcore_jax import ABORT_GRACE_S
 
 WORKER = Path(__file__).with_name("jax_mp_worker.py")
 REPO = Path(__file__).resolve().parents[3]
+# tests/ is not on sys.path for the driver tests: the shared process runner is loaded from its file.
+run_processes = runpy.run_path(str(REPO / "tests" / "_support.py"))["run_processes"]
 
 
 def _free_port() -> int:
@@ -28,44 +30,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(process_id: int, port: int, timeout_s: int) -> subprocess.Popen[str]:
+def _argv(process_id: int, port: int, timeout_s: int) -> list[str]:
+    return [sys.executable, str(WORKER), str(process_id), str(port), str(timeout_s)]
+
+
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
     env["LAYOUTCORE_DRIVER"] = "jax"
     env["JAX_PLATFORMS"] = "cpu"  # the CPU devices these tests mean, also on a GPU host
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), str(process_id), str(port), str(timeout_s)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-
-
-def _finish(procs: list[subprocess.Popen[str]], deadline_s: float) -> list[tuple[int, str, str]]:
-    """Wait for every process until ``deadline_s`` (monotonic); SIGKILL whatever is left."""
-    results = []
-    try:
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(0.1, deadline_s - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-                err += "\n[test] killed at the deadline"
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-    return results
+    return env
 
 
 def test_two_processes_form_one_mesh_distribute_unpack_relayout() -> None:
     port = _free_port()
-    procs = [_start(i, port, timeout_s=60) for i in (0, 1)]
-    results = _finish(procs, time.monotonic() + 90)
+    results = run_processes([_argv(i, port, 60) for i in (0, 1)], env=_env(), timeout=90, cwd=str(REPO))
     seen = []
     for rc, out, err in results:
         assert rc == 0, f"worker failed (rc {rc}):\n{out}\n{err[-3000:]}"
@@ -93,7 +71,9 @@ def test_two_processes_form_one_mesh_distribute_unpack_relayout() -> None:
 def test_a_missing_peer_ends_the_process_in_bounded_time_with_a_message(process_id: int) -> None:
     timeout_s = 3
     started = time.monotonic()
-    ((rc, out, err),) = _finish([_start(process_id, _free_port(), timeout_s=timeout_s)], time.monotonic() + 60)
+    ((rc, out, err),) = run_processes(
+        [_argv(process_id, _free_port(), timeout_s)], env=_env(), timeout=60, cwd=str(REPO)
+    )
     elapsed = time.monotonic() - started
     assert rc == -signal.SIGABRT, f"rc {rc}\n{out}\n{err[-2000:]}"
     assert elapsed < timeout_s + ABORT_GRACE_S + 10, elapsed  # + interpreter and JAX start-up

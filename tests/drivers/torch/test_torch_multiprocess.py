@@ -7,7 +7,7 @@ SIGKILL on the way out. What each rank holds is checked against layoutcore.geome
 from __future__ import annotations
 
 import json
-import subprocess
+import runpy
 import sys
 import time
 from typing import Any
@@ -21,44 +21,24 @@ import layoutcore as lc
 WORKER = HERE / "mp_torch_worker.py"
 #: Hard limit for one child (import torch + init + the work; the 2 cores are shared).
 CHILD_LIMIT_S = 75
+# tests/ is not on sys.path for the driver tests: the shared process runner is loaded from its file.
+run_processes = runpy.run_path(str(REPO / "tests" / "_support.py"))["run_processes"]
 
 
-def start(rank: int, port: int, world: int, timeout_s: float) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), str(rank), str(port), str(world), str(timeout_s)],
-        env=clean_env({"LAYOUTCORE_DRIVER": "torch"}),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def argv(rank: int, port: int, world: int, timeout_s: float) -> list[str]:
+    return [sys.executable, str(WORKER), str(rank), str(port), str(world), str(timeout_s)]
 
 
-def finish(procs: list[subprocess.Popen[str]], limit_s: float) -> list[tuple[int, str, str]]:
-    """Wait for every child within one shared deadline; SIGKILL whatever is left."""
-    deadline = time.monotonic() + limit_s
-    results = []
-    try:
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-                err += f"\n[killed after {limit_s} s]"
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+def run(argvs: list[list[str]]) -> list[tuple[int, str, str]]:
+    """Run the ranks within one shared deadline (:data:`CHILD_LIMIT_S`); whatever is left is killed."""
+    env = clean_env({"LAYOUTCORE_DRIVER": "torch"})
+    return run_processes(argvs, env=env, timeout=CHILD_LIMIT_S, cwd=str(REPO))
 
 
 @pytest.fixture(scope="module")
 def two_ranks() -> list[dict[str, Any]]:
     port = free_port()
-    results = finish([start(r, port, 2, 60) for r in range(2)], CHILD_LIMIT_S)
+    results = run([argv(r, port, 2, 60) for r in range(2)])
     outs = []
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 0, f"rank {rank} rc={rc}\n{err[-4000:]}"
@@ -107,7 +87,7 @@ def test_permuted_rank_grid_is_refused(two_ranks: list[dict[str, Any]]) -> None:
 def test_missing_peer_fails_in_bounded_time_with_torchs_error() -> None:
     timeout_s = 5
     started = time.monotonic()
-    [(rc, _out, err)] = finish([start(0, free_port(), 2, timeout_s)], CHILD_LIMIT_S)
+    [(rc, _out, err)] = run([argv(0, free_port(), 2, timeout_s)])
     elapsed = time.monotonic() - started
     assert rc not in (0, -9), f"rc={rc}\n{err[-2000:]}"
     assert "DistStoreError" in err and "1/2 clients joined" in err, err[-2000:]
