@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .._errors import TransferError
 from .._layout import Layout
 from .._layout_map import LayoutMap
@@ -129,6 +127,7 @@ class Link:
         self._schedules: dict[Any, tuple[TransferPlan, _schedule.Schedule]] = {}
         self._specs: dict[str, TensorSpec] = {}  # JSON text -> spec, so a repeated sync parses nothing
         self._pool: dict[tuple[str, int, int], Any] = {}  # bucket buffers, kept between syncs
+        self._known: _Known | None = None  # the last full metadata exchange (every member holds the same one)
 
     @property
     def role(self) -> str:
@@ -223,8 +222,11 @@ class Link:
             failure, moved = exc, (0, 0, 0)
         if failure is not None and self._wire.broken:
             raise failure  # a peer died or hung: waiting for the others' outcomes could take another timeout
-        try:
-            outcomes = self._wire.all_gather(None if failure is None else (str(failure), failure.paths), "agreeing")
+        try:  # one all-reduce of a flag; only when a rank failed, an all-gather of what failed
+            outcomes = [None] * len(self._wire.members)
+            if self._wire.all_max([int(failure is not None)], "agreeing")[0]:
+                self._known = None
+                outcomes = self._wire.all_gather(None if failure is None else (str(failure), failure.paths), "agreeing")
         except TransferError as exc:
             raise TransferError(f"{exc}{ctx.partly_written()}", paths=exc.paths, rank=self.rank) from exc
         if failure is not None:
@@ -301,6 +303,19 @@ def _merge(members: tuple[int, ...], payloads: list[dict[str, Any]], key: str) -
     return out, clashes
 
 
+_NO_TARGETS: dict[str, Any] = {"error": None, "targets": {}, "tdev": {}, "rename": None, "fuse": None}
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A link's last full metadata exchange: its fingerprint, this rank's two payloads, and the agreed state."""
+
+    token: int
+    first: dict[str, Any]
+    second: dict[str, Any]
+    state: tuple[Any, ...]
+
+
 class _Sync:
     """The state of one sync on one rank (see the module docstring for the steps)."""
 
@@ -326,7 +341,46 @@ class _Sync:
 
     # -- metadata ------------------------------------------------------------------------------
     def exchange(self) -> None:
+        """Agree on every rank's specs, device maps and ``rename``/``fuse``, or raise on every rank.
+
+        When this rank's payloads equal those of the link's last full exchange, it offers that exchange's
+        fingerprint in one all-reduce (two int64s); when every member offers the same one, nothing changed
+        anywhere and the last exchange's outcome is reused. Otherwise two all-gathers exchange the payloads.
+        """
         link, wire = self.link, self.wire
+        first = self._sender_payload()
+        known, token = link._known, 0
+        if known is not None and first == known.first:
+            self._adopt(known)  # a receiver's payload is made from the senders' specs
+            if self._receiver_part() == known.second:
+                token = known.token
+        top, low = wire.all_max([token, -token], "exchanging metadata fingerprints")
+        if known is not None and top == -low == known.token:  # every member offered the same fingerprint
+            self._adopt(known)
+            return
+        link._known = None
+        self.receivers, self.into_paths = {}, []
+        firsts = wire.all_gather(first)
+        digest = wire.digest
+        _raise_any(wire.members, firsts, link.rank)
+        texts, clashes = _merge(wire.members, firsts, "sources")
+        self.sdev, dev_clashes = _merge(wire.members, firsts, "sdev")
+        self.sources = {path: link.spec(text) for path, text in texts.items()}
+        self.verify = any(p["verify"] for p in firsts)
+        if clashes or dev_clashes:
+            second = dict(_NO_TARGETS)
+            second["error"] = (
+                f"sender ranks disagree on the specs of {clashes} or hold device(s) {dev_clashes} twice",
+                tuple(clashes),
+            )
+        else:
+            second = self._receiver_part()
+        self._agree(wire.all_gather(second))
+        link._known = _Known((digest ^ wire.digest << 1) & (2**62 - 1) | 1, first, second, self._state())
+
+    def _sender_payload(self) -> dict[str, Any]:
+        """This rank's first payload: its error (misuse, a bad leaf), its senders' specs and devices, ``verify``."""
+        link = self.link
         error: tuple[str, tuple[str, ...]] | None = None if self.misuse is None else (f"transfer: {self.misuse}", ())
         if error is None and self.link.role != "sender" and (self.target is None) == (self.into is None):
             error = (f"transfer: rank {link.rank}: receive needs exactly one of target= and into=", ())
@@ -342,24 +396,21 @@ class _Sync:
                     sdev.update({devices[p]: link.rank for p in local.positions})
             except Exception as exc:  # a layoutcore or framework error about this rank's tree
                 error = _error(exc)
-        first = wire.all_gather({"error": error, "sources": specs, "sdev": sdev, "verify": self.verify})
-        _raise_any(wire.members, first, link.rank)
-        texts, clashes = _merge(wire.members, first, "sources")
-        self.sdev, dev_clashes = _merge(wire.members, first, "sdev")
-        self.sources = {path: link.spec(text) for path, text in texts.items()}
-        self.verify = any(p["verify"] for p in first)
-        second: dict[str, Any] = {"error": None, "targets": {}, "tdev": {}, "rename": None, "fuse": None}
-        if clashes or dev_clashes:
-            second["error"] = (
-                f"sender ranks disagree on the specs of {clashes} or hold device(s) {dev_clashes} twice",
-                tuple(clashes),
-            )
-        elif link.rank in link.receivers:
+        return {"error": error, "sources": specs, "sdev": sdev, "verify": self.verify}
+
+    def _receiver_part(self) -> dict[str, Any]:
+        """This rank's second payload (its targets, from ``self.sources``), with its error if making them failed."""
+        second = dict(_NO_TARGETS)
+        if self.link.rank in self.link.receivers:
+            self.receivers, self.into_paths = {}, []
             try:
                 second.update(self._receiver_payload())
             except Exception as exc:
                 second["error"] = _error(exc)
-        payloads = wire.all_gather(second)
+        return second
+
+    def _agree(self, payloads: list[dict[str, Any]]) -> None:
+        link, wire = self.link, self.wire
         _raise_any(wire.members, payloads, link.rank)
         texts, clashes = _merge(wire.members, payloads, "targets")
         self.tdev, dev_clashes = _merge(wire.members, payloads, "tdev")
@@ -376,6 +427,14 @@ class _Sync:
         chosen = next(p for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers)
         self.targets = {path: link.spec(text) for path, text in texts.items()}
         self.resolved_rename, self.resolved_fuse = chosen["rename"], chosen["fuse"]
+
+    def _state(self) -> tuple[Any, ...]:
+        return (self.sources, self.sdev, self.verify, self.targets, self.tdev, self.resolved_rename, self.resolved_fuse)
+
+    def _adopt(self, known: _Known) -> None:
+        (self.sources, self.sdev, self.verify, self.targets, self.tdev, self.resolved_rename, self.resolved_fuse) = (
+            known.state
+        )
 
     def _receiver_payload(self) -> dict[str, Any]:
         rename = self._resolve_rename()
@@ -476,7 +535,7 @@ class _Sync:
         clock["unpacking"] += time.perf_counter() - start
         direct: dict[tuple[int, int], bool] = {}
 
-        buffer = functools.partial(_pool_buffer, self.link._pool)
+        buffer = functools.partial(_schedule.pool_buffer, self.link._pool)
 
         def packers(k: int) -> list[tuple[int, Callable[[], Any]]]:
             return [
@@ -498,7 +557,7 @@ class _Sync:
                     _schedule.unpack(sched.recvs[p][k], buf, receivers, verify, p)
 
         self.wire.rounds(sched.rounds, packers, receive_into, unpack, clock)
-        return _schedule_bytes(sched, verify)
+        return _schedule.schedule_bytes(sched, verify)
 
     def partly_written(self) -> str:
         if not self.into_paths:
@@ -522,27 +581,3 @@ class _Sync:
         from .._paths import map_leaves
 
         return map_leaves(self.target, lambda path, leaf: values.get(path, leaf), "/")
-
-
-def _pool_buffer(pool: dict[Any, Any], kind: str, peer: int, k: int) -> Callable[[int], Any]:
-    """A getter of a uint8 buffer of at least ``size`` bytes for round ``k`` with ``peer``, kept in ``pool``.
-
-    Two buffers per peer and direction (``kind``): round k is unpacked while round k + 1 is on the wire.
-    """
-
-    def get(size: int) -> Any:
-        key = (kind, peer, k % 2)
-        buf = pool.get(key)
-        if buf is None or buf.nbytes < size:
-            buf = pool[key] = np.empty(size, dtype=np.uint8)
-        return buf[:size]
-
-    return get
-
-
-def _schedule_bytes(sched: _schedule.Schedule, verify: bool) -> tuple[int, int, int]:
-    """Payload bytes ``sched`` sends and receives, and its checksum bytes (4 per bucket when ``verify``)."""
-    sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
-    received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
-    crc = 4 * sum(len(bucket) for b in (*sched.sends.values(), *sched.recvs.values()) for bucket in b) if verify else 0
-    return sent, received, crc

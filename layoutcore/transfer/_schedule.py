@@ -11,6 +11,7 @@ from, or received into, the tensor's memory directly (no packing copy).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,30 @@ def copy_local(items: list[Item], senders: dict[str, Local], receivers: dict[str
         src = region(senders[spath], _first_holder(senders[spath], sbox, spath), sbox)
         for index in _distinct(receivers[rpath], receivers[rpath].holding(rbox)):
             np.copyto(region(receivers[rpath], index, rbox), src)
+
+
+def pool_buffer(pool: dict[Any, Any], kind: str, peer: int, k: int) -> Callable[[int], Any]:
+    """A getter of a uint8 buffer of at least ``size`` bytes for round ``k`` with ``peer``, kept in ``pool``.
+
+    Two buffers per peer and direction (``kind``): round k is unpacked while round k + 1 is on the wire.
+    """
+
+    def get(size: int) -> Any:
+        key = (kind, peer, k % 2)
+        buf = pool.get(key)
+        if buf is None or buf.nbytes < size:
+            buf = pool[key] = np.empty(size, dtype=np.uint8)
+        return buf[:size]
+
+    return get
+
+
+def schedule_bytes(sched: Schedule, verify: bool) -> tuple[int, int, int]:
+    """Payload bytes ``sched`` sends and receives, and its checksum bytes (4 per bucket when ``verify``)."""
+    sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
+    received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
+    crc = 4 * sum(len(bucket) for b in (*sched.sends.values(), *sched.recvs.values()) for bucket in b) if verify else 0
+    return sent, received, crc
 
 
 def _distinct(local: Local, indices: list[int]) -> list[int]:

@@ -15,6 +15,7 @@ peer and direction are alive: memory is bounded by ``4 * bucket_bytes * peers``.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import pickle
 import time
 import warnings
@@ -62,6 +63,7 @@ class Wire:
         else:  # only the members take part in metadata exchanges
             self.collective = dist.new_group(ranks=[self.glob[r] for r in members], use_local_synchronization=True)
         self.metadata_bytes = 0
+        self.digest = 0  # of the last all_gather's payloads: equal on every member (they received the same bytes)
         self.broken = False  # a wait failed: the group may be unusable (a peer died or hung)
 
     def _wait(self, works: list[Any], what: str) -> None:
@@ -92,11 +94,34 @@ class Wire:
         outs = self._gather(torch.from_numpy(slot), n, what)
         lengths = [int(o[:8].numpy().view("<i8")[0]) for o in outs]
         if max(lengths) <= SLOT - 8:
-            return [pickle.loads(o[8 : 8 + size].numpy().tobytes()) for o, size in zip(outs, lengths, strict=True)]
-        buf = torch.zeros(max(lengths), dtype=torch.uint8)
-        buf[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        outs = self._gather(buf, n, what)
-        return [pickle.loads(o[:size].numpy().tobytes()) for o, size in zip(outs, lengths, strict=True)]
+            raw = [o[8 : 8 + size].numpy().tobytes() for o, size in zip(outs, lengths, strict=True)]
+        else:
+            buf = torch.zeros(max(lengths), dtype=torch.uint8)
+            buf[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            outs = self._gather(buf, n, what)
+            raw = [o[:size].numpy().tobytes() for o, size in zip(outs, lengths, strict=True)]
+        digest = hashlib.blake2b(digest_size=8)
+        for data in raw:
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        self.digest = int.from_bytes(digest.digest(), "little") >> 2 | 1  # in [1, 2**62): never 0
+        return [pickle.loads(data) for data in raw]
+
+    def all_max(self, values: list[int], what: str) -> list[int]:
+        """The element-wise maximum of every member's ``values`` (int64); counts ``8 * len * (members - 1)`` bytes.
+
+        An all-reduce of one or two numbers is gloo's cheapest collective (a fraction of a millisecond on
+        8 processes, against several for an all-gather of :data:`SLOT` bytes per member).
+        """
+        tensor = self.torch.tensor(values, dtype=self.torch.int64)
+        try:
+            works = [self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MAX, group=self.collective, async_op=True)]
+        except Exception as exc:
+            self.broken = True
+            raise TransferError(f"transfer: rank {self.rank}: {what} failed: {exc}", rank=self.rank) from exc
+        self._wait(works, what)
+        self.metadata_bytes += 8 * len(values) * (len(self.members) - 1)
+        return [int(v) for v in tensor.tolist()]
 
     def _gather(self, tensor: Any, n: int, what: str) -> list[Any]:
         outs = [self.torch.empty_like(tensor) for _ in range(n)]

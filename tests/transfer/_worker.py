@@ -3,7 +3,7 @@
 Usage: python _worker.py SCENARIO RANK WORLD PORT
 
 Every ``torch.distributed`` point-to-point call (``send``/``recv``/``isend``/``irecv``/
-``batch_isend_irecv``) and collective (``all_gather``) of this process is wrapped before the link
+``batch_isend_irecv``) and collective (``all_gather``, ``all_reduce``) of this process is wrapped before the link
 exists, and the wrappers count payload bytes: that count, not the library's report, is what the
 test compares with the plan's floor. Prints one line ``RESULT <json>``.
 """
@@ -78,6 +78,17 @@ def _all_gather_wrapper(outputs: list[Any], tensor: Any, *args: Any, **kwargs: A
 
 dist.all_gather = _all_gather_wrapper
 c10d.all_gather = _all_gather_wrapper
+_all_reduce = dist.all_reduce
+
+
+def _all_reduce_wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    # what a member learns from the others: their tensors (the link's fingerprint and outcome flags)
+    COUNT["metadata"] += _nbytes(tensor) * (dist.get_world_size(kwargs.get("group")) - 1)
+    return _all_reduce(tensor, *args, **kwargs)
+
+
+dist.all_reduce = _all_reduce_wrapper
+c10d.all_reduce = _all_reduce_wrapper
 
 dist.init_process_group(
     "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
