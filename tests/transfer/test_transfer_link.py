@@ -69,7 +69,7 @@ def torch4() -> dict[int, dict[str, Any]]:
     return _run("torch4", 4)
 
 
-@pytest.mark.parametrize("case", ["rows_cols", "rows_cols_again", "dp_tp", "fsdp_tp"])
+@pytest.mark.parametrize("case", ["rows_cols", "rows_cols_again", "rows_rows_receivers_changed", "dp_tp", "fsdp_tp"])
 def test_two_groups_move_exactly_the_floor_bit_exact(torch4: dict[int, dict[str, Any]], case: str) -> None:
     for rank, result in torch4.items():
         _exact_bytes(result[case], rank)
@@ -81,6 +81,10 @@ def test_two_groups_move_exactly_the_floor_bit_exact(torch4: dict[int, dict[str,
         assert torch4[0][case]["sent"] == torch4[1][case]["sent"] == floor // 2
     if case == "rows_cols_again":
         assert all(torch4[r][case]["report"]["plan_reused"] for r in torch4)
+        # nothing changed: a fingerprint instead of the specs (fewer metadata bytes, counted by the worker)
+        assert all(torch4[r][case]["metadata"] < torch4[r]["rows_cols"]["metadata"] for r in torch4)
+    if case == "rows_rows_receivers_changed":  # the receivers changed: the full exchange again
+        assert all(torch4[r][case]["metadata"] > torch4[r]["rows_cols_again"]["metadata"] for r in torch4)
 
 
 def test_colocated_ranks_copy_locally_and_fill_into_keeping_storage(torch4: dict[int, dict[str, Any]]) -> None:
