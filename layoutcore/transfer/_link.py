@@ -533,30 +533,21 @@ class _Sync:
         self.written = bool(sched.local) or bool(sched.recvs)
         _schedule.copy_local(sched.local, senders, receivers)
         clock["unpacking"] += time.perf_counter() - start
-        direct: dict[tuple[int, int], bool] = {}
-
         buffer = functools.partial(_schedule.pool_buffer, self.link._pool)
+        rank = self.link.rank
 
-        def packers(k: int) -> list[tuple[int, Callable[[], Any]]]:
-            return [
-                (p, functools.partial(_schedule.pack, b[k], senders, verify, buffer("send", p, k)))
-                for p, b in sched.sends.items()
-                if k < len(b)
-            ]
+        def unpack(k: int, landed: list[tuple[int, Any, Any]]) -> None:
+            for p, buf, items in landed:
+                if items is not None:
+                    _schedule.unpack(items, buf, receivers, verify, p)
 
-        def receive_into(k: int) -> dict[int, Any]:
-            out = {}
-            for p, b in sched.recvs.items():
-                if k < len(b):
-                    out[p], direct[(k, p)] = _schedule.receive_buffer(b[k], receivers, verify, buffer("recv", p, k))
-            return out
-
-        def unpack(k: int, bufs: dict[int, Any]) -> None:
-            for p, buf in bufs.items():
-                if not direct.pop((k, p)):
-                    _schedule.unpack(sched.recvs[p][k], buf, receivers, verify, p)
-
-        self.wire.rounds(sched.rounds, packers, receive_into, unpack, clock)
+        self.wire.rounds(
+            sched.rounds,
+            lambda k: _schedule.outgoing(sched.sends, k, senders, verify, buffer, rank),
+            lambda k: _schedule.incoming(sched.recvs, k, receivers, verify, buffer),
+            unpack,
+            clock,
+        )
         return _schedule.schedule_bytes(sched, verify)
 
     def partly_written(self) -> str:

@@ -138,15 +138,16 @@ class Wire:
         self,
         count: int,
         senders: Callable[[int], list[tuple[int, Callable[[], np.ndarray]]]],
-        receive_into: Callable[[int], dict[int, np.ndarray]],
-        unpack: Callable[[int, dict[int, np.ndarray]], None],
+        receive_into: Callable[[int], list[tuple[int, np.ndarray, Any]]],
+        unpack: Callable[[int, list[tuple[int, np.ndarray, Any]]], None],
         clock: dict[str, float],
     ) -> None:
         """Run ``count`` rounds of buckets.
 
-        ``senders(k)``: ``(peer, pack)`` for each bucket this rank sends in round ``k``, ``pack()`` giving its
-        bytes; ``receive_into(k)``: peer -> buffer for each bucket it receives; ``unpack(k, buffers)`` once
-        they arrived. A round's receives are posted first and each send as soon as it is packed, and round
+        ``senders(k)``: ``(peer, pack)`` for each message this rank sends in round ``k``, ``pack()`` giving its
+        bytes; ``receive_into(k)``: ``(peer, buffer, tag)`` for each message it receives (a pair's messages in
+        the order its sender sends them); ``unpack(k, those)`` once they arrived. A round's receives are posted
+        first and each send as soon as it is packed, and round
         ``k + 1`` is packed and posted while round ``k`` is on the wire (gloo matches a pair's operations in
         order). Adds seconds to ``clock['packing'|'wire'|'unpacking']``.
         """
@@ -169,25 +170,25 @@ class Wire:
         self,
         k: int,
         senders: Callable[[int], list[tuple[int, Callable[[], np.ndarray]]]],
-        receive_into: Callable[[int], dict[int, np.ndarray]],
+        receive_into: Callable[[int], list[tuple[int, np.ndarray, Any]]],
         clock: dict[str, float],
-    ) -> tuple[list[Any], dict[int, np.ndarray]]:
+    ) -> tuple[list[Any], list[tuple[int, np.ndarray, Any]]]:
         began = time.perf_counter()
         recvs = receive_into(k)
-        works = self._start({}, recvs)
+        works = self._start([], [(peer, buf) for peer, buf, _ in recvs])
         for peer, pack in senders(k):
-            works += self._start({peer: pack()}, {})
+            works += self._start([(peer, pack())], [])
         clock["packing"] += time.perf_counter() - began
         return works, recvs
 
-    def _start(self, sends: dict[int, np.ndarray], recvs: dict[int, np.ndarray]) -> list[Any]:
+    def _start(self, sends: list[tuple[int, np.ndarray]], recvs: list[tuple[int, np.ndarray]]) -> list[Any]:
         torch, dist = self.torch, self.dist
         ops = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # read-only send buffers: gloo only reads them
-            for peer, buf in sends.items():
+            for peer, buf in sends:
                 ops.append(dist.P2POp(dist.isend, torch.from_numpy(buf), self.glob[peer], group=self.group))
-            for peer, buf in recvs.items():
+            for peer, buf in recvs:
                 ops.append(dist.P2POp(dist.irecv, torch.from_numpy(buf), self.glob[peer], group=self.group))
         if not ops:
             return []
