@@ -200,29 +200,7 @@ def worker(
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    shard = lc.unpack(tree["w"])[0] if tree is not None else None
-    full = torch.empty((rows, cols), dtype=torch.float32) if rank == 0 or rank in receivers else None
-
-    def gather_broadcast() -> None:
-        if rank in senders:
-            if rank == 0:
-                chunks = list(full.chunk(nsend))
-                chunks[0].copy_(shard)
-                works = [dist.irecv(chunks[s], s) for s in senders[1:]]
-                for work in works:
-                    work.wait()
-            else:
-                dist.isend(shard.contiguous(), 0).wait()
-        if rank == 0 or rank in receivers:
-            dist.broadcast(full, 0, group=bcast)
-        if rank in receivers:
-            j = receivers.index(rank)
-            if columns:
-                width = cols // len(receivers)
-                full[:, j * width : (j + 1) * width].contiguous()
-            else:
-                height = rows // len(receivers)
-                full[j * height : (j + 1) * height].clone()
+    gather_broadcast = _gather_broadcast(rank, senders, receivers, tree, bcast, rows, cols, columns)
 
     contenders = {"sync": sync, "raw batch_isend_irecv": raw, "gather+broadcast": gather_broadcast}
     times: dict[str, list[float]] = {k: [] for k in contenders}
@@ -261,6 +239,42 @@ def worker(
         )
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _gather_broadcast(
+    rank: int, senders: list[int], receivers: list[int], tree: Any, bcast: Any, rows: int, cols: int, columns: int
+) -> Any:
+    """Gathering the tensor to sender rank 0, broadcasting it to every receiver, which slices its part."""
+    import torch
+    import torch.distributed as dist
+
+    import layoutcore as lc
+
+    shard = lc.unpack(tree["w"])[0] if tree is not None else None
+    full = torch.empty((rows, cols), dtype=torch.float32) if rank == 0 or rank in receivers else None
+
+    def gather_broadcast() -> None:
+        if rank in senders:
+            if rank == 0:
+                chunks = list(full.chunk(len(senders)))
+                chunks[0].copy_(shard)
+                works = [dist.irecv(chunks[s], s) for s in senders[1:]]
+                for work in works:
+                    work.wait()
+            else:
+                dist.isend(shard.contiguous(), 0).wait()
+        if rank == 0 or rank in receivers:
+            dist.broadcast(full, 0, group=bcast)
+        if rank in receivers:
+            j = receivers.index(rank)
+            if columns:
+                width = cols // len(receivers)
+                full[:, j * width : (j + 1) * width].contiguous()
+            else:
+                height = rows // len(receivers)
+                full[j * height : (j + 1) * height].clone()
+
+    return gather_broadcast
 
 
 def _report(r: Any) -> dict[str, Any]:

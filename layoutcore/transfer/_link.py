@@ -223,7 +223,7 @@ class Link:
         if failure is not None and self._wire.broken:
             raise failure  # a peer died or hung: waiting for the others' outcomes could take another timeout
         try:  # one all-reduce of a flag; only when a rank failed, an all-gather of what failed
-            outcomes = [None] * len(self._wire.members)
+            outcomes: list[Any] = [None] * len(self._wire.members)
             if self._wire.all_max([int(failure is not None)], "agreeing")[0]:
                 self._known = None
                 outcomes = self._wire.all_gather(None if failure is None else (str(failure), failure.paths), "agreeing")
