@@ -11,12 +11,14 @@ Run from the repository root (needs torch)::
   half of its rows) into a bucket, and unpacking a received bucket into the receiver's blocks, against
   ``np.copyto`` of the same number of contiguous bytes. Target: >= 0.7x memcpy.
 * **Sync over gloo**: 2 -> 2 and 4 -> 4 processes on 127.0.0.1, one 128 MiB float32 tensor, rows on the
-  senders, columns on the receivers (the floor is all of it: 128 MiB). Interleaved rounds of three
+  senders, columns on the receivers (the floor is all of it: 128 MiB). Interleaved rounds of four
   contenders, each timed barrier to barrier on rank 0: ``Link.send``/``receive(into=...)`` (metadata,
-  cached plan, packing, wire, unpacking, agreement; the receivers' existing weights filled in place); a raw ``batch_isend_irecv`` of the same per-pair byte counts
-  from buffers made beforehand (the engine's own speed, nothing packed); and gathering the tensor to
-  sender rank 0 then broadcasting it to every receiver, which slices its columns (what naive RL stacks
-  do). Targets: sync >= 0.8x raw, and >= 2x faster than gather-and-broadcast.
+  cached plan, packing, wire, unpacking, agreement; the receivers' existing weights filled in place);
+  a raw ``batch_isend_irecv`` of the same per-pair byte counts from buffers made beforehand (the
+  engine's own speed, nothing packed); the same after ``np.copyto`` of each sender's pieces into those
+  buffers ("pack + raw": the copy a layout change needs, and nothing else); and gathering the tensor
+  to sender rank 0 then broadcasting it to every receiver, which slices its columns (what naive RL
+  stacks do). Targets: sync >= 0.8x raw, and >= 2x faster than gather-and-broadcast.
 Writes ``benchmarks/results/bench_transfer.json`` (``--quick``: ``bench_transfer.quick.json``).
 """
 
