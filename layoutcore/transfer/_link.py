@@ -6,13 +6,16 @@ A sync, on every rank of the link:
    device -> rank maps; then the receivers' target specs (completed from the senders' shapes and
    dtypes where only a layout was given), device -> rank maps, and resolved ``rename``/``fuse``.
    Any rank's error (a bad leaf, a callable ``rename`` that raised) is in the payload, so every
-   rank raises the same :class:`~layoutcore.TransferError` before any tensor byte moves.
+   rank raises the same :class:`~layoutcore.TransferError` before any tensor byte moves. First,
+   one all-reduce of the link's last full exchange's fingerprint: when every rank's payloads are
+   those of that exchange, the all-gathers are skipped and its outcome reused.
 2. **Plan**: every rank calls :func:`~layoutcore.transfer.plan` on the same inputs, so every rank
    gets the same plan or the same error; equal inputs hit the plan cache.
 3. **Data**: this rank's buckets (:mod:`._schedule`) in rounds of ``batch_isend_irecv``
    (:mod:`._wire`); pieces a rank holds itself are copied locally.
-4. **Agreement**: a last all-gather of every rank's outcome, so that a rank whose peer died or
-   whose checksum failed makes every surviving rank raise.
+4. **Agreement**: a last all-reduce of every rank's failure flag (then, only when one is set, an
+   all-gather of what failed), so that a rank whose peer died or whose checksum failed makes every
+   surviving rank raise.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ connection closes, the wait fails at once) or hangs (the wait times out) makes t
 :class:`~layoutcore.TransferError` within ``timeout`` seconds of the last completed round. torch is
 imported here, when a :class:`Wire` is made, never when ``layoutcore.transfer`` is imported.
 
-Buckets are exchanged in rounds: round ``k`` moves the ``k``-th bucket of every rank pair at once
-(one ``batch_isend_irecv``). The next round's buckets are packed while a round is on the wire, and a
+Buckets are exchanged in rounds: round ``k`` moves the ``k``-th bucket of every rank pair at once,
+as messages (:func:`._schedule.messages`): the round's receives in one ``batch_isend_irecv``, each
+send as soon as it is packed. The next round's buckets are packed while a round is on the wire, and a
 round's received buckets are unpacked while the next one is on the wire, so at most two buckets per
 peer and direction are alive: memory is bounded by ``4 * bucket_bytes * peers``.
 """
