@@ -4,7 +4,7 @@ Each worker (_worker.py) counts the bytes of every ``torch.distributed`` point-t
 collective it makes by wrapping torch's functions before the link exists; the test compares that
 count with the plan's floor, checks every received shard bit for bit against the NumPy oracle with
 its target layout, and checks that bad plans and dead or hung peers raise ``TransferError`` on every
-rank. Needs torch (and JAX for the JAX scenario): the ``checkpoint`` tox env.
+rank. Needs torch (and JAX or TensorFlow for their scenarios): the ``checkpoint`` tox env.
 """
 
 from __future__ import annotations
@@ -130,6 +130,28 @@ def test_torch_to_jax_numpy_and_jax_into() -> None:
         assert results[2][case]["received"] == results[2][case]["report"]["floor_bytes"] > 0
     assert results[2]["to_jax"]["jax_arrays"] and results[2]["jax_into"]["same_shardings"]
     assert results[2]["numpy_into"]["same_objects"]  # NumPy components written in place
+
+
+def test_tensorflow_to_torch_and_torch_to_tensorflow_target_and_into() -> None:
+    """A TF DTensor process (4 logical CPUs) joins the torch group for the wire, both ways."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("needs tensorflow (tox -e checkpoint)")
+    results = _run("tf", 3)
+    for case in ("to_tf", "tf_into", "from_tf"):
+        for rank, result in results.items():
+            _exact_bytes(result[case], rank)
+        # every element once to the side that holds none: f32 (6, 4), bf16 (4, 6), int32 (8, 2)
+        assert results[2][case]["report"]["floor_bytes"] == 6 * 4 * 4 + 4 * 6 * 2 + 8 * 2 * 4
+    tf_rank = results[2]
+    assert tf_rank["to_tf"]["tf_dtensors"] and tf_rank["to_tf"]["adopted"]  # TF holds the receive blocks as they are
+    assert tf_rank["tf_into"]["variables_assigned"] and tf_rank["tf_into"]["variables_hold"]
+    assert tf_rank["tf_into"]["tensor_replaced"]  # a DTensor is immutable: a new one on the same layout
+    assert tf_rank["from_tf"]["no_copy"]  # the sender reads TF's own buffers (DLPack)
+    assert all(results[r]["from_tf"]["ok"] for r in (0, 1))
+    for result in results.values():  # a layout TF cannot hold: refused on every rank before any byte
+        refused = result["tf_refused"]
+        assert refused["error"] is not None and refused["error"]["paths"] == ["f32"], refused
+        assert "multi_axis" in refused["error"]["message"] and refused["sent"] == refused["received"] == 0
 
 
 def test_numpy_to_torch() -> None:
