@@ -37,9 +37,12 @@ def _port() -> int:
         s.close()
 
 
-def _run(scenario: str, world: int, *, expect_dead: int | None = None) -> dict[int, dict[str, Any]]:
+def _run(
+    scenario: str, world: int, *, expect_dead: int | None = None, extra: dict[str, str] | None = None
+) -> dict[int, dict[str, Any]]:
     port = str(_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTCORE_", "JAX_", "XLA_FLAGS"))}
+    env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "drivers"), env.get("PYTHONPATH", "")])
     argvs = [[sys.executable, str(WORKER), scenario, str(r), str(world), port] for r in range(world)]
     outputs = run_processes(argvs, env=env, timeout=240)
@@ -152,6 +155,23 @@ def test_tensorflow_to_torch_and_torch_to_tensorflow_target_and_into() -> None:
         refused = result["tf_refused"]
         assert refused["error"] is not None and refused["error"]["paths"] == ["f32"], refused
         assert "multi_axis" in refused["error"]["message"] and refused["sent"] == refused["received"] == 0
+
+
+def test_a_multi_client_tensorflow_job_of_two_processes_receives_and_sends() -> None:
+    """Two TF processes, the clients of one DTensor cluster (2 logical CPUs each): a 2x2 mesh spans both."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("needs tensorflow (tox -e checkpoint)")
+    results = _run("tf_mc", 4, extra={"TF_MC_PORTS": f"{_port()},{_port()}"})
+    for case in ("to_tf", "from_tf"):
+        for rank, result in results.items():
+            _exact_bytes(result[case], rank)
+    # client t holds mesh row a=t: f32 ("a", "b") half each; bf16 ("b", None) and int32 (None, "b") whole on each
+    assert results[2]["to_tf"]["report"]["floor_bytes"] == 6 * 4 * 4 + 2 * 4 * 6 * 2 + 2 * 8 * 2 * 4
+    assert results[2]["from_tf"]["report"]["floor_bytes"] == 6 * 4 * 4 + 4 * 6 * 2 + 8 * 2 * 4  # torch: half each
+    assert results[2]["to_tf"]["devices"] == [
+        f"/job:worker/replica:0/task:{t}/device:CPU:{i}" for t in (0, 1) for i in (0, 1)
+    ]
+    assert all(results[r]["from_tf"]["ok"] for r in (0, 1))
 
 
 def test_numpy_to_torch() -> None:
