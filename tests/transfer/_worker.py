@@ -27,7 +27,7 @@ if JAX_RANK:  # the JAX process: 4 CPU devices of its own, and torch CPU for the
     import jax
 
     jax.config.update("jax_num_cpu_devices", 4)
-TF_RANK = (scenario == "tf" and rank == 2) or (scenario == "tf_mc" and rank >= 2)
+TF_RANK = (scenario == "tf" and rank == 2) or (scenario == "tf_mc" and rank >= 2) or (scenario == "tf_twice" and rank)
 if TF_RANK:  # a TF process: logical CPUs of its own (tf_mc: initialize_multi_client sets them), torch for the wire
     os.environ["LAYOUTCORE_CPU_DEVICES"] = "4"
 
@@ -175,6 +175,8 @@ def run_scenario() -> None:
         import _cases_tf as cases
     elif scenario == "tf_mc":
         import _cases_tf_mc as cases
+    elif scenario == "tf_twice":
+        import _cases_tf_twice as cases
     else:  # "die", "hang"
         import _cases_die as cases
     cases.run(sys.modules[__name__])

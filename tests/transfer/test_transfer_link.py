@@ -174,6 +174,20 @@ def test_a_multi_client_tensorflow_job_of_two_processes_receives_and_sends() -> 
     assert all(results[r]["from_tf"]["ok"] for r in (0, 1))
 
 
+def test_two_single_client_tensorflow_processes_on_one_side_are_refused_naming_devices_and_paths() -> None:
+    """Each names its devices /job:localhost/.../CPU:i: no plan could tell which process holds a block."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("needs tensorflow (tox -e checkpoint)")
+    results = _run("tf_twice", 3)
+    for case, side in (("to_tf", "receiver"), ("from_tf", "sender")):
+        for result in results.values():
+            got = result[case]
+            assert got["error"] is not None and got["sent"] == got["received"] == 0, got
+            message = got["error"]["message"]
+            assert f"{side} ranks [1, 2] each hold device(s) ['CPU:0', 'CPU:1']" in message, message
+            assert "initialize_multi_client" in message and sorted(got["error"]["paths"]) == ["bf16", "f32", "i32"]
+
+
 def test_numpy_to_torch() -> None:
     results = _run("numpy", 3)
     for rank, result in results.items():
