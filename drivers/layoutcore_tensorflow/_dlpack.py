@@ -18,7 +18,7 @@ __all__ = ["dlpack_view"]
 _WORDS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 
-def dlpack_view(tf: Any, eager: type, component: Any) -> np.ndarray | None:
+def dlpack_view(tf: Any, eager: Any, component: Any) -> np.ndarray | None:
     """A read-only NumPy array over ``component``'s CPU buffer, or ``None`` where DLPack cannot share it."""
     if not isinstance(component, eager) or "CPU" not in component.device or component.dtype == tf.string:
         return None
