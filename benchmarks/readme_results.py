@@ -176,6 +176,15 @@ def _tf_step(size: str) -> Callable[[Data], Cell]:
     return cell
 
 
+def _transfer_tf(side: str, name: str, *, targeted: bool) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d[side][name]
+        text = f"{_ratio(r['memcpy_ratio'])} (median {_ratio(r['memcpy_ratio_median'])}; {_time(r['min_s'])})"
+        return text, (r["memcpy_ratio"] < d["target_memcpy_ratio"]) if targeted else None
+
+    return cell
+
+
 def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size, ours=ours, torch=torch)
@@ -640,6 +649,32 @@ TABLES: tuple[Table, ...] = (
         (
             Row("training step, eager / `tf.function`, small model", "reported", _tf_step("small")),
             Row("training step, eager / `tf.function`, large model", "reported", _tf_step("large")),
+        ),
+    ),
+    Table(
+        "bench_transfer_tf",
+        (("bench_transfer_tf.json", "one TF process"),),
+        (
+            Row(
+                "sender: components read through DLPack / `memcpy`",
+                "< 0.1x",
+                _transfer_tf("sender", "sender_local (DLPack views)", targeted=True),
+            ),
+            Row(
+                "sender: `.numpy()` per component (before) / `memcpy`",
+                "reported",
+                _transfer_tf("sender", ".numpy() per component (before)", targeted=False),
+            ),
+            Row(
+                "receiver: DTensor from aligned blocks / `memcpy`",
+                "< 0.1x",
+                _transfer_tf("receiver", "pack_owned, aligned blocks", targeted=True),
+            ),
+            Row(
+                "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
+                "reported",
+                _transfer_tf("receiver", "pack_owned, blocks 16 B off (before)", targeted=False),
+            ),
         ),
     ),
     Table(
