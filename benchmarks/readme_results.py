@@ -185,6 +185,19 @@ def _transfer_tf(side: str, name: str, *, targeted: bool) -> Callable[[Data], Ce
     return cell
 
 
+_TRANSFER_TF_ROWS = (  # (side, row label, contender in the result file, whether it has the target)
+    ("sender", "sender: components read through DLPack / `memcpy`", "sender_local (DLPack views)", True),
+    ("sender", "sender: `.numpy()` per component (before) / `memcpy`", ".numpy() per component (before)", False),
+    ("receiver", "receiver: DTensor from aligned blocks / `memcpy`", "pack_owned, aligned blocks", True),
+    (
+        "receiver",
+        "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
+        "pack_owned, blocks 16 B off (before)",
+        False,
+    ),
+)
+
+
 def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size, ours=ours, torch=torch)
@@ -654,27 +667,9 @@ TABLES: tuple[Table, ...] = (
     Table(
         "bench_transfer_tf",
         (("bench_transfer_tf.json", "one TF process"),),
-        (
-            Row(
-                "sender: components read through DLPack / `memcpy`",
-                "< 0.1x",
-                _transfer_tf("sender", "sender_local (DLPack views)", targeted=True),
-            ),
-            Row(
-                "sender: `.numpy()` per component (before) / `memcpy`",
-                "reported",
-                _transfer_tf("sender", ".numpy() per component (before)", targeted=False),
-            ),
-            Row(
-                "receiver: DTensor from aligned blocks / `memcpy`",
-                "< 0.1x",
-                _transfer_tf("receiver", "pack_owned, aligned blocks", targeted=True),
-            ),
-            Row(
-                "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
-                "reported",
-                _transfer_tf("receiver", "pack_owned, blocks 16 B off (before)", targeted=False),
-            ),
+        tuple(
+            Row(label, "< 0.1x" if targeted else "reported", _transfer_tf(side, key, targeted=targeted))
+            for side, label, key, targeted in _TRANSFER_TF_ROWS
         ),
     ),
     Table(
