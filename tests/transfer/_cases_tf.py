@@ -108,6 +108,7 @@ def tf_side(w: Any, to_tf: Any, from_tf: Any) -> None:
     c = w.counted(lambda: to_tf.receive(MULTI_AXIS, driver="tensorflow"))
     c.pop("out")
     w.RESULT["tf_refused"] = c
+    w.RESULT["tf_dtype_refused"] = refused_dtype()
 
     tree: dict[str, Any] = {
         k: lc.distribute_tensor(w.oracle(k, s, d), TF_TARGET[k], driver="tensorflow") for k, (s, d) in SHAPES.items()
@@ -119,6 +120,18 @@ def tf_side(w: Any, to_tf: Any, from_tf: Any) -> None:
     c["report"] = w.report(from_tf)
     c["no_copy"] = all(sends_from_tf_memory(tf, k, v) for k, v in tree.items())
     w.RESULT["from_tf"] = c
+
+
+def refused_dtype() -> dict[str, Any] | None:
+    """What making receive blocks of a dtype TF has no tensor of (float8_e8m0fnu) raises, before any byte."""
+    from layoutcore import TensorSpec, TransferError
+    from layoutcore.transfer._into import fresh_local
+
+    try:
+        fresh_local("scales", TensorSpec((4,), "float8_e8m0fnu", Layout((None,), GRID)), lc.get_driver("tensorflow"))
+    except TransferError as exc:
+        return {"message": str(exc), "paths": list(exc.paths)}
+    return None
 
 
 def sends_from_tf_memory(tf: Any, path: str, value: Any) -> bool:

@@ -155,6 +155,8 @@ def test_tensorflow_to_torch_and_torch_to_tensorflow_target_and_into() -> None:
         refused = result["tf_refused"]
         assert refused["error"] is not None and refused["error"]["paths"] == ["f32"], refused
         assert "multi_axis" in refused["error"]["message"] and refused["sent"] == refused["received"] == 0
+    dtype = tf_rank["tf_dtype_refused"]  # a dtype TF has no tensor of: refused when the blocks are made
+    assert dtype is not None and dtype["paths"] == ["scales"] and "float8_e8m0fnu" in dtype["message"], dtype
 
 
 def test_a_multi_client_tensorflow_job_of_two_processes_receives_and_sends() -> None:
