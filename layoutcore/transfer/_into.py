@@ -77,10 +77,13 @@ def fresh_local(path: str, spec: TensorSpec, drv: Any) -> Local:
 def into_local(path: str, value: Any) -> Local:
     """Writable NumPy arrays over ``value``'s local blocks, and ``finish`` giving the filled tensor.
 
+    ``value`` goes to ``fill_target`` as given: a ``layoutcore.Variable`` is assigned by ``fill`` (the
+    same object, holding the new value), never replaced by a bare tensor while it keeps the old one.
+
     Raises:
         TransferError: ``value`` is not a distributed tensor of an installed driver.
     """
-    value, _ = distributed(path, value, "into")
+    distributed(path, value, "into")
     try:
         target = fill_target(path, value)
     except LayoutcoreError as exc:

@@ -1,8 +1,8 @@
 """Scenario ``tf`` of _worker.py: torch ranks 0 and 1 (rows on a 2-rank mesh) and one TensorFlow process (rank 2,
 4 logical CPUs, TF DTensor on a 2x2 mesh) that imports torch only for the wire.
 
-Links both ways: torch -> TF as new DTensors (``target=``) and into existing ``DVariable``s (assigned, same objects)
-and DTensors (replaced, same layout); TF DTensors and a ``DVariable`` -> torch; and a target layout TF cannot hold
+Links both ways: torch -> TF as new DTensors (``target=``) and into an existing ``DVariable`` and a
+``layoutcore.Variable`` (assigned, same objects) and a DTensor (replaced, same layout); TF DTensors and a ``DVariable`` -> torch; and a target layout TF cannot hold
 (one tensor axis over two mesh axes), refused on every rank before any byte moves.
 """
 
@@ -91,14 +91,21 @@ def tf_side(w: Any, to_tf: Any, from_tf: Any) -> None:
 
     zeros = {k: lc.distribute_tensor(np.zeros(s, w.oracle(k, s, d).dtype), TF_TARGET[k], driver="tensorflow")
              for k, (s, d) in SHAPES.items()}  # fmt: skip
-    into = {"f32": dtensor.DVariable(zeros["f32"]), "bf16": zeros["bf16"], "i32": dtensor.DVariable(zeros["i32"])}
+    i32 = np.zeros(SHAPES["i32"][0], np.int32)
+    into = {  # TF's own variable, a DTensor, and a layoutcore.Variable
+        "f32": dtensor.DVariable(zeros["f32"]),
+        "bf16": zeros["bf16"],
+        "i32": lc.Variable(i32, TF_TARGET["i32"], driver="tensorflow"),
+    }
     c = w.counted(lambda: to_tf.receive(into=into))
     out = c.pop("out")
     c["report"] = w.report(to_tf)
-    c["ok"] = {k: w.shards_ok(out[k], w.oracle(k, *SHAPES[k]), TF_TARGET[k], "tensorflow") for k in SHAPES}
+    value = {"f32": out["f32"], "bf16": out["bf16"], "i32": out["i32"].value}
+    c["ok"] = {k: w.shards_ok(value[k], w.oracle(k, *SHAPES[k]), TF_TARGET[k], "tensorflow") for k in SHAPES}
     c["variables_assigned"] = out["f32"] is into["f32"] and out["i32"] is into["i32"]
     c["variables_hold"] = all(
-        w.shards_ok(into[k].read_value(), w.oracle(k, *SHAPES[k]), TF_TARGET[k], "tensorflow") for k in ("f32", "i32")
+        w.shards_ok(v, w.oracle(k, *SHAPES[k]), TF_TARGET[k], "tensorflow")
+        for k, v in (("f32", into["f32"].read_value()), ("i32", into["i32"].value))
     )
     c["tensor_replaced"] = out["bf16"] is not into["bf16"] and dtensor.fetch_layout(
         out["bf16"]
