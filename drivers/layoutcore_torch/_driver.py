@@ -275,6 +275,14 @@ class TorchDriver(Driver):
         local = self.native_unpack(tensor)[index]
         return _staged.write_rows(self._torch, local, rows, staged)
 
+    def native_staged_save(self, component: Any) -> bool:
+        """A CUDA local tensor: a save streams it through pinned staging buffers (CPU ones are their own host copy)."""
+        return bool(component.device.type == "cuda")
+
+    def native_read_rows(self, component: Any, rows: tuple[int, int], staged: np.ndarray) -> Any:
+        """``copy_`` of rows of a local tensor into the staged buffer (asynchronous from a GPU into pinned memory)."""
+        return _staged.read_rows(self._torch, component, rows, staged)
+
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,
         ``Partial``, into ``layout``); elsewhere, and across meshes, ``relayout_plan``'s transfers in one
