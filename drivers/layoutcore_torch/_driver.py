@@ -266,8 +266,10 @@ class TorchDriver(Driver):
         return self._from_local(shards, layout, global_shape, like)
 
     def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
-        """Pinned host memory where ``tensor`` lives on a GPU, else plain host memory."""
-        on_gpu = any(local.device.type == "cuda" for local in self.native_unpack(tensor)[:1])
+        """Pinned host memory where ``tensor`` (a DTensor, or a plain tensor a save stages) lives on a GPU,
+        else plain host memory."""
+        locals_ = self.native_unpack(tensor)[:1] if self.is_distributed(tensor) else [tensor]
+        on_gpu = any(local.device.type == "cuda" for local in locals_)
         return _staged.staging_buffer(self._torch, nbytes, on_gpu)
 
     def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:

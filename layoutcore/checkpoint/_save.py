@@ -35,7 +35,7 @@ from ._format import (
 )
 from ._meta import META, CheckpointInfo, _info_from_meta
 from ._progress import progress
-from ._save_stream import StagedBlock, save_staged, stages
+from ._save_stream import StagedBlock, reads_rows, save_staged, stages
 from ._threads import WriteQueue
 from ._tree import walk
 
@@ -82,6 +82,9 @@ def _plain_leaf(path: str, value: Any) -> _Leaf:
             path=path,
             tensor=path,
         )
+    staged = _device_plain_leaf(value)
+    if staged is not None:
+        return staged
     array = _host_array(value)
     try:
         name = dtype_name(array.dtype)
@@ -93,6 +96,22 @@ def _plain_leaf(path: str, value: Any) -> _Leaf:
         ) from exc
     spec = TensorSpec(array.shape, name, Layout.replicated(PLAIN_MESH, array.ndim))
     return _Leaf(spec, True, [array], [0], None)
+
+
+def _device_plain_leaf(value: Any) -> _Leaf | None:
+    """A plain framework tensor in device memory that its driver copies to host by rows
+    (``native_staged_save``), kept as it is so the save streams it; else ``None``."""
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, list, tuple)):
+        return None
+    drv = framework_driver(value)
+    if drv is None or not reads_rows(drv) or not drv.native_staged_save(value):
+        return None
+    try:
+        name = dtype_name(value.dtype)
+    except LayoutError:
+        return None  # the host copy's path names the dtype in its error
+    shape = tuple(int(n) for n in value.shape)
+    return _Leaf(TensorSpec(shape, name, Layout.replicated(PLAIN_MESH, len(shape))), True, [value], [0], drv, value)
 
 
 def _host_array(value: Any) -> np.ndarray[Any, Any]:
@@ -316,7 +335,7 @@ def save(
     found: list[tuple[str, Any]] = []
     structure = walk(tree, found)
     leaves = [(p, _leaf(p, v)) for p, v in found]
-    engine = engine_for(next((lf.driver for _, lf in leaves if lf.driver is not None), None))
+    engine = engine_for(next((lf.driver for _, lf in leaves if lf.driver is not None and not lf.plain), None))
     plan = plan_save(leaves, structure, read_layouts, engine.rank)
     tmp = _start(target, engine)
     writers = WriteQueue(checkpoint_threads(), "layoutcore-save")

@@ -20,7 +20,7 @@ __all__ = ["StreamHooks"]
 
 
 class StreamHooks:
-    """Streaming-load hooks (all optional); see the module docstring."""
+    """Streaming load and save hooks (all optional); see the module docstring."""
 
     def native_host_views(self, tensor: Any, layout: BoundLayout, devices: tuple[str, ...]) -> list[Any] | None:
         """Per local position, a writable C-contiguous NumPy array over the block's own host memory.

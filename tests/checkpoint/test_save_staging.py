@@ -240,6 +240,7 @@ def test_torch_tensors_forced_through_the_ring_write_the_same_bytes(
     mesh = Mesh((2,), ("x",))
     tree = {"w": lc.distribute_tensor(x, Layout(("x", None), mesh), driver="torch")}
     tree["s"] = lc.distribute_tensor(x[:1, :1].reshape(()), Layout((), mesh), driver="torch")
+    tree["plain"] = _torch_plain(x[5:9])  # a plain (undistributed) tensor
     assert not lc.get_driver("torch").native_staged_save(lc.unpack(tree["w"])[0])  # CPU: the host path
     checkpoint.save(tmp_path / "host", tree)
     drv = type(lc.get_driver("torch"))
@@ -255,3 +256,10 @@ def test_torch_tensors_forced_through_the_ring_write_the_same_bytes(
     checkpoint.save(tmp_path / "staged", tree)
     assert _files(tmp_path / "staged") == _files(tmp_path / "host")
     assert len(reads) > 2 and (0, 1) in reads
+    assert (0, 4) in reads  # the plain tensor: one band of its 4 rows
+
+
+def _torch_plain(x: np.ndarray) -> Any:
+    from layoutcore_torch import _convert
+
+    return _convert.from_numpy(np.ascontiguousarray(x))
