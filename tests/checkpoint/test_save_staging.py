@@ -38,6 +38,7 @@ class FakeDevice:
         self.host_copies = 0
         self.writing: dict[int, tuple[int, int]] = {}  # thread id -> the address range a writer reads
         self.violations: list[str] = []
+        self.events: list[str] = []  # "read" (a copy issued) and "put" (a band handed to the file), in order
         self.lock = threading.Lock()
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,6 +52,7 @@ class FakeDevice:
 
         def read_rows(self: Any, component: Any, rows: tuple[int, int], staged: np.ndarray) -> Any:
             fake.reads.append((_address(component), rows))
+            fake.events.append("read")
             src = component[rows[0] : rows[1]] if component.ndim else component
 
             def complete() -> None:  # the "DMA": writes the staging buffer only now
@@ -73,6 +75,7 @@ class FakeDevice:
 
         def put(stream: Any, lo: int, hi: int, data: np.ndarray) -> None:
             with fake.lock:
+                fake.events.append("put")
                 fake.writing[threading.get_ident()] = (data.ctypes.data, data.ctypes.data + data.nbytes)
             try:
                 time.sleep(0.0005)  # widen the window a too-early reuse of the buffer would fall into
@@ -141,6 +144,10 @@ def test_staged_save_writes_the_same_bytes_through_a_bounded_reused_ring(
     for name in want:
         assert got[name] == want[name], name
     assert not fake.pending and not fake.violations
+    if threads == "1":  # overlap: band k + 1's copy is issued before band k is checksummed and written
+        puts = [i for i, e in enumerate(fake.events) if e == "put"]
+        reads = len(fake.reads)
+        assert [fake.events[:i].count("read") for i in puts] == [min(k + 2, reads) for k in range(len(puts))]
     # which blocks went through the ring: every block but those whose chunks cut the trailing axes
     # ("cube") or that end short of their shard on a trailing axis (the last block of "cols")
     staged = {c for c, _ in fake.reads}
