@@ -109,6 +109,7 @@ def _tree() -> tuple[dict[str, Any], dict[str, Layout]]:
     values = {
         "uneven": (rng.standard_normal((50, 24)).astype(np.float32), Layout(("x", None), MESH)),
         "refined": (rng.standard_normal((64, 40)).astype(np.float32), Layout(("x", None), MESH)),
+        "gaps": (rng.standard_normal((49, 1024)).astype(np.float32), Layout(("x", None), MESH)),
         "cols": (rng.integers(-9, 9, (16, 30)).astype(np.int64), Layout((None, "x"), MESH)),
         "bf16": (rng.standard_normal(1000).astype(bf16), Layout(("x",), MESH)),
         "cube": (rng.integers(-999, 999, (7, 5, 130)).astype(np.int16), Layout(("x", None, None), MESH)),
@@ -120,6 +121,7 @@ def _tree() -> tuple[dict[str, Any], dict[str, Layout]]:
     read = {
         "refined": Layout(("y", None), eight),  # 8-row chunks in 16-row shards
         "bf16": Layout(("y",), eight),
+        "gaps": Layout(("z", None), Mesh((2,), ("z",))),  # one-row chunks; the last shard's last 3 missing
         "cube": Layout((None, None, "x"), MESH),  # chunks cut the trailing axis: the whole-block path
     }
     return tree, read
@@ -154,7 +156,7 @@ def test_staged_save_writes_the_same_bytes_through_a_bounded_reused_ring(
     comps = {k: lc.unpack(t) for k, t in tree.items()}
     assert not staged & {_address(c) for c in comps["cube"]}
     assert [_address(c) in staged for c in comps["cols"]] == [True, True, True, False]
-    assert all(_address(c) in staged for k in ("uneven", "refined", "bf16", "scalar") for c in comps[k])
+    assert all(_address(c) in staged for k in ("uneven", "refined", "gaps", "bf16", "scalar") for c in comps[k])
     assert fake.host_copies == 4 + 1  # the cube's blocks and the last of cols
     # the ring: a few buffers, made once and reused for every band (no fresh memory per band)
     assert 2 <= len(fake.buffers) <= 4 and len(set(fake.buffers)) == 1
