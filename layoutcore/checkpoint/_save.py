@@ -322,8 +322,10 @@ def save(
     removed by the next save where their process is gone, or named in a ``RuntimeWarning``.
 
     Raises:
-        CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, or a
+        CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, a
+            driver failed to copy a block to host (naming the tensor and its shard file), or a
             peer process died or hung at a barrier (nothing committed).
+        OSError: a shard file could not be written (nothing committed).
         ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer, or (several
             processes) ``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` is not a positive number.
     """
