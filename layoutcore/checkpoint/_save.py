@@ -324,8 +324,8 @@ def save(
     Raises:
         CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, a
             driver failed to copy rows of a staged device block (naming the tensor and its shard
-            file) or copied a block to host as another dtype, or a
-            peer process died or hung at a barrier (nothing committed).
+            file) or copied a block to host as another dtype, or a peer process died or hung at a
+            barrier (nothing committed).
         OSError: a shard file could not be written (nothing committed).
         ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer, or (several
             processes) ``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` is not a positive number.
