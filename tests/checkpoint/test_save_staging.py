@@ -250,7 +250,11 @@ def test_torch_tensors_forced_through_the_ring_write_the_same_bytes(
     tree = {"w": lc.distribute_tensor(x, Layout(("x", None), mesh), driver="torch")}
     tree["s"] = lc.distribute_tensor(x[:1, :1].reshape(()), Layout((), mesh), driver="torch")
     tree["plain"] = _torch_plain(x[5:9])  # a plain (undistributed) tensor
-    assert not lc.get_driver("torch").native_staged_save(lc.unpack(tree["w"])[0])  # CPU: the host path
+    tdriver = lc.get_driver("torch")
+    assert not tdriver.native_staged_save(lc.unpack(tree["w"])[0])  # CPU: the host path
+    for t in (tree["w"], tree["plain"]):  # a DTensor's ring, and a plain tensor's: plain memory off a GPU
+        buf = tdriver.native_staging_buffer(24, t)
+        assert isinstance(buf, np.ndarray) and buf.dtype == np.uint8 and buf.nbytes == 24
     checkpoint.save(tmp_path / "host", tree)
     drv = type(lc.get_driver("torch"))
     reads: list[tuple[int, int]] = []
