@@ -308,10 +308,10 @@ def save(
     (on the calling thread) and written on ``LAYOUTCORE_CHECKPOINT_THREADS`` threads into a hidden
     sibling directory ``.NAME.tmp-*``; nothing is gathered. A block in device memory (torch CUDA)
     is instead streamed band by band through a small reused (pinned) staging ring, its copies
-    overlapping the checksums and writes (``layoutcore/checkpoint/_save_stream.py``). **Commit**: in a multi-process run
-    (the driver's process group: ``jax.distributed``, a torch process group, DTensor clients)
-    every process calls ``save`` and the commit follows a barrier; process 0 writes the metadata
-    last and commits, and every process returns after a second barrier.
+    overlapping the checksums and writes (``layoutcore/checkpoint/_save_stream.py``). **Commit**:
+    in a multi-process run (the driver's process group: ``jax.distributed``, a torch process
+    group, DTensor clients) every process calls ``save`` and the commit follows a barrier; process
+    0 writes the metadata last and commits, and every process returns after a second barrier.
 
     The commit is atomic: a reader, or a save killed at any point, sees the complete old
     checkpoint or the complete new one. A new ``path`` appears by one ``rename``. An existing one
