@@ -276,3 +276,34 @@ def _torch_plain(x: np.ndarray) -> Any:
     from layoutcore_torch import _convert
 
     return _convert.from_numpy(np.ascontiguousarray(x))
+
+
+def test_cuda_tensors_staged_write_the_bytes_of_a_whole_host_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bands: None
+) -> None:
+    """On a GPU (skipped without one; no GPU ran it this round): plain CUDA tensors go through the
+    pinned ring (asynchronous ``copy_`` + CUDA event) and give the bytes of ``.cpu()`` per tensor."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rng = np.random.default_rng(11)
+    tree = {
+        "w": torch.from_numpy(rng.standard_normal((37, 300)).astype(np.float32)).cuda(),
+        "h": torch.from_numpy(rng.standard_normal(999).astype(np.float32)).cuda().to(torch.bfloat16),
+        "s": torch.tensor(3.5, device="cuda"),
+    }
+    drv = type(lc.get_driver("torch"))
+    assert all(lc.get_driver("torch").native_staged_save(t) for t in tree.values())
+    reads: list[tuple[int, int]] = []
+    real = drv.native_read_rows
+
+    def counted(self: Any, component: Any, rows: tuple[int, int], staged: np.ndarray) -> Any:
+        reads.append(rows)
+        return real(self, component, rows, staged)
+
+    monkeypatch.setattr(drv, "native_read_rows", counted)
+    checkpoint.save(tmp_path / "staged", tree)
+    assert len(reads) > 3
+    monkeypatch.setattr(drv, "native_staged_save", lambda self, c: False)
+    checkpoint.save(tmp_path / "host", tree)
+    assert _files(tmp_path / "staged") == _files(tmp_path / "host")
