@@ -1,6 +1,6 @@
 """Loads onto the device a user trains on, against the host's own bounds, every loader in one run.
 
-    python benchmarks/bench_device_load.py [--quick] [--size-mib N] [--reps N] [--no-orbax] [--out PATH]
+    python benchmarks/bench_device_load.py [--quick] [--size-mib N] [--reps N] [--no-orbax] [--select interchange] [--out PATH]
 
 Run it in an environment with JAX, torch, safetensors and (optionally) Orbax: the ``checkpoint``
 tox env. One process, contenders **interleaved** (each round runs every contender once, the
@@ -29,10 +29,17 @@ memory (8 simulated CPU devices on every driver).
   pageable host memory), ``jax_device_put`` (from pageable NumPy).
 
 **Loaders**: ``checkpoint.load`` into new tensors (NumPy, JAX, torch) and ``into=`` existing
-ones (``verify`` on and off); ``safetensors.numpy.load_file`` (+ ``jax.device_put`` to the
-column sharding, + layoutcore's ``distribute_tensor`` onto torch DTensors), and layoutcore
-loading the same safetensors file under columns; ``safetensors.torch.load_file`` (onto the
-GPU where there is one); Orbax ``StandardCheckpointer.restore``.
+ones (``verify`` on and off). Safetensors: layoutcore loading the file under columns onto NumPy,
+JAX and torch, against ``safetensors.numpy.load_file`` plus the move onto the same layouts
+(``distribute_tensor`` onto NumPy, whose blocks are views of the arrays; ``jax.device_put`` to the
+column sharding; ``distribute_tensor`` onto torch DTensors) and against the bounds
+``st_preadv_fresh_tN`` (the file's tensors on the load's threads into new memory) and
+``st_fromfile_kept``; ``safetensors.torch.load_file`` (onto the GPU where there is one). Orbax:
+layoutcore loading onto JAX under the saved rows and under columns, and onto NumPy under columns,
+against ``StandardCheckpointer.restore`` under the saved shardings, with the column shardings as
+its target, and ``PyTreeCheckpointer.restore`` as NumPy arrays + ``distribute_tensor`` (NumPy).
+``--select interchange`` runs only the safetensors and Orbax targets' contenders (no cold rounds,
+no RSS) into ``bench_device_load.<device>.interchange.json``.
 
 Peak RSS growth during a load (``/proc/self/statm`` sampled by a thread) is recorded for the
 ``into=`` loads (target: <= 64 MiB) and, beyond the loaded bytes, for new tensors.
