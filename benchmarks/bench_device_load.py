@@ -7,7 +7,10 @@ tox env. One process, contenders **interleaved** (each round runs every contende
 starting contender rotating from round to round), warm page cache unless named ``cold`` (every
 file written back and dropped with ``posix_fadvise(DONTNEED)`` before each such contender).
 Statistic: the **minimum** over rounds; the medians are recorded beside them (the development
-machine is shared by several jobs: the medians move with their load).
+machine is shared by several jobs: the medians move with their load). glibc's free memory is
+handed back to the kernel before every run (``malloc_trim``), so no contender allocates from pages
+the previous one faulted and dropped; the minor page faults of each contender's fastest run are
+recorded (``minor_faults_at_min``).
 
 The state: ``--size-mib`` (default 1024) of float32 in 16 square tensors, saved by
 ``checkpoint.save`` rows over 8 devices, and the same arrays by ``safetensors.numpy.save_file``
@@ -51,6 +54,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -69,7 +73,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import peak_rss_growth
+from _timing import malloc_trim, peak_rss_growth
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
@@ -364,9 +368,20 @@ def _orbax_contenders(s: Setup) -> dict[str, Callable[[], Any]]:
 
 
 # -- the run ------------------------------------------------------------------------------------
-def _rounds(contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path] | None) -> dict[str, list[float]]:
+def _rounds(
+    contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path] | None
+) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """Seconds and minor page faults of every run of each contender, interleaved (see the module docstring).
+
+    Before each run, glibc's free memory is handed back to the kernel (``malloc_trim``): otherwise
+    the arrays the previous contender dropped serve the next one's allocations with pages already
+    faulted, so a contender that allocates (``np.fromfile`` keeping its arrays, a load of new
+    arrays) ran at the speed of a read into preallocated memory in some rounds and paid for 1 GiB of
+    fresh pages in others, by the luck of the order (the faults of each run are recorded beside).
+    """
     names = list(contenders)
     times: dict[str, list[float]] = {k: [] for k in names}
+    faults: dict[str, list[int]] = {k: [] for k in names}
     if cold is None:
         for fn in contenders.values():  # warm-up: the files in the page cache, code paths compiled
             fn()
@@ -376,11 +391,14 @@ def _rounds(contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path
             if cold is not None:
                 _evict(cold)
             gc.collect()
+            malloc_trim()
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             out = contenders[name]()
             times[name].append(time.perf_counter() - start)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
             del out
-    return times
+    return times, faults
 
 
 def _targets(t: int) -> dict[str, tuple[str, str, float, str]]:
@@ -470,16 +488,19 @@ def _selected(contenders: dict[str, Callable[[], Any]], t: int) -> dict[str, Cal
     return {k: v for k, v in contenders.items() if k in names}
 
 
-def _measure(s: Setup, device: dict[str, Any], reps: int, select: str | None) -> tuple[dict[str, list[float]], Any]:
-    """Every contender's times (warm, then cold), and the peak RSS growths (``None`` with ``select``)."""
+def _measure(
+    s: Setup, device: dict[str, Any], reps: int, select: str | None
+) -> tuple[dict[str, list[float]], dict[str, list[int]], Any]:
+    """Every contender's times and minor faults (warm, then cold), and the peak RSS growths (``None``
+    with ``select``)."""
     t = s.threads
     bounds = _bounds(s, device)
     ours, into = _ours(s)
     frameworks = _frameworks(s, device)
     contenders = {**bounds, **ours, **frameworks}
     if select is not None:
-        return _rounds(_selected(contenders, t), reps, None), None
-    warm = _rounds(contenders, reps, None)
+        return (*_rounds(_selected(contenders, t), reps, None), None)
+    warm, warm_faults = _rounds(contenders, reps, None)
     cold_set = {
         "fromfile_kept_cold": bounds["fromfile_kept"],
         f"preadv_prealloc_t{t}_cold": bounds[f"preadv_prealloc_t{t}"],
@@ -487,7 +508,7 @@ def _measure(s: Setup, device: dict[str, Any], reps: int, select: str | None) ->
         "load_new_rows_cold": ours["load_new_rows"],
         "into_cols_noverify_cold": ours["into_cols_noverify"],
     }
-    cold = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
+    cold, cold_faults = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
     rss = {
         "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
         "into_cols": peak_rss_growth(ours["into_cols"]),
@@ -497,7 +518,7 @@ def _measure(s: Setup, device: dict[str, Any], reps: int, select: str | None) ->
     if "into_cols_torch" in frameworks:
         rss["into_cols_torch"] = peak_rss_growth(frameworks["into_cols_torch"])
     del into
-    return {**warm, **cold}, rss
+    return {**warm, **cold}, {**warm_faults, **cold_faults}, rss
 
 
 def main() -> None:
@@ -521,12 +542,13 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench_device_load_", dir=os.environ.get("BENCH_DIR", "/tmp")))
     try:
         s = Setup(root, size, 16, orbax=not args.no_orbax and not args.quick)
-        times, rss = _measure(s, device, reps, args.select)
+        times, faults, rss = _measure(s, device, reps, args.select)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     t = s.threads
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
+    faults_at_min = {k: faults[k][v.index(min(v))] for k, v in times.items()}
     gib = s.nbytes / 2**30
     result = {
         "benchmark": "bench_device_load",
@@ -542,6 +564,7 @@ def main() -> None:
         "seconds": {k: round(v, 4) for k, v in best.items()},
         "seconds_median": {k: round(v, 4) for k, v in median.items()},
         "GiB_per_s": {k: round(gib / v, 3) for k, v in best.items()},
+        "minor_faults_at_min": faults_at_min,
         "targets": _target_rows(_targets(t), best, median),
     }
     if rss is not None:
