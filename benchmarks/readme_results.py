@@ -176,6 +176,28 @@ def _tf_step(size: str) -> Callable[[Data], Cell]:
     return cell
 
 
+def _transfer_tf(side: str, name: str, *, targeted: bool) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d[side][name]
+        text = f"{_ratio(r['memcpy_ratio'])} (median {_ratio(r['memcpy_ratio_median'])}; {_time(r['min_s'])})"
+        return text, (r["memcpy_ratio"] < d["target_memcpy_ratio"]) if targeted else None
+
+    return cell
+
+
+_TRANSFER_TF_ROWS = (  # (side, row label, contender in the result file, whether it has the target)
+    ("sender", "sender: components read through DLPack / `memcpy`", "sender_local (DLPack views)", True),
+    ("sender", "sender: `.numpy()` per component (before) / `memcpy`", ".numpy() per component (before)", False),
+    ("receiver", "receiver: DTensor from aligned blocks / `memcpy`", "pack_owned, aligned blocks", True),
+    (
+        "receiver",
+        "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
+        "pack_owned, blocks 16 B off (before)",
+        False,
+    ),
+)
+
+
 def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size, ours=ours, torch=torch)
@@ -667,6 +689,14 @@ TABLES: tuple[Table, ...] = (
         (
             Row("training step, eager / `tf.function`, small model", "reported", _tf_step("small")),
             Row("training step, eager / `tf.function`, large model", "reported", _tf_step("large")),
+        ),
+    ),
+    Table(
+        "bench_transfer_tf",
+        (("bench_transfer_tf.json", "one TF process"),),
+        tuple(
+            Row(label, "< 0.1x" if targeted else "reported", _transfer_tf(side, key, targeted=targeted))
+            for side, label, key, targeted in _TRANSFER_TF_ROWS
         ),
     ),
     Table(

@@ -301,6 +301,30 @@ def _merge(members: tuple[int, ...], payloads: list[dict[str, Any]], key: str) -
     return out, clashes
 
 
+def _disagreement(
+    side: str, members: list[int], payloads: list[dict[str, Any]], specs: str, devices: str, clashes: list[str]
+) -> tuple[str, tuple[str, ...]]:
+    """Why ``side``'s ranks cannot be merged, and the paths concerned: specs they disagree on (``clashes``),
+    or devices that more than one of them names as its own (processes whose meshes are each of their own
+    devices, named alike: single-client TF, JAX without ``jax.distributed``, NumPy)."""
+    owners: dict[str, list[int]] = {}
+    for rank, payload in zip(members, payloads, strict=True):
+        for device in payload[devices]:
+            owners.setdefault(device, []).append(rank)
+    shared = {d: rs for d, rs in owners.items() if len(rs) > 1}
+    if not shared:
+        return f"{side} ranks disagree on the specs of {clashes[:20]}", tuple(clashes)
+    ranks = sorted({r for rs in shared.values() for r in rs})
+    paths = tuple(dict.fromkeys(p for r, q in zip(members, payloads, strict=True) if r in ranks for p in q[specs]))
+    return (
+        f"{side} ranks {ranks} each hold device(s) {sorted(shared)[:8]} of the tensors {list(paths[:20])}: a device "
+        "must belong to one process, and these processes name their own devices alike (each has a mesh of its own: "
+        "single-client TF, JAX without jax.distributed, NumPy); use one such process per side, or one mesh over "
+        "all of them (TF: layoutcore_tensorflow.initialize_multi_client)",
+        paths or tuple(clashes),
+    )
+
+
 class _Sync:
     """The state of one sync on one rank (see the module docstring for the steps)."""
 
@@ -348,13 +372,11 @@ class _Sync:
         self.sdev, dev_clashes = _merge(wire.members, first, "sdev")
         self.sources = {path: link.spec(text) for path, text in texts.items()}
         self.verify = any(p["verify"] for p in first)
+        if clashes or dev_clashes:  # every rank merged the same payloads: every rank raises the same error
+            message, paths = _disagreement("sender", list(wire.members), first, "sources", "sdev", clashes)
+            raise TransferError(f"transfer: {message}; nothing was sent", paths=paths, rank=link.rank)
         second: dict[str, Any] = {"error": None, "targets": {}, "tdev": {}, "rename": None, "fuse": None}
-        if clashes or dev_clashes:
-            second["error"] = (
-                f"sender ranks disagree on the specs of {clashes} or hold device(s) {dev_clashes} twice",
-                tuple(clashes),
-            )
-        elif link.rank in link.receivers:
+        if link.rank in link.receivers:
             try:
                 second.update(self._receiver_payload())
             except Exception as exc:
@@ -367,12 +389,12 @@ class _Sync:
             repr((p["rename"], p["fuse"])) for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers
         }
         if clashes or dev_clashes or len(agreed) > 1:
-            raise TransferError(
-                f"transfer: receiver ranks disagree on the targets {clashes}, on rename/fuse, or hold device(s) "
-                f"{dev_clashes} twice; nothing was sent",
-                paths=tuple(clashes),
-                rank=link.rank,
-            )
+            ranks = [r for r in wire.members if r in link.receivers]
+            theirs = [p for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers]
+            message, paths = _disagreement("receiver", ranks, theirs, "targets", "tdev", clashes)
+            if len(agreed) > 1:
+                message = "receiver ranks disagree on rename/fuse" + (f"; {message}" if clashes or dev_clashes else "")
+            raise TransferError(f"transfer: {message}; nothing was sent", paths=paths, rank=link.rank)
         chosen = next(p for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers)
         self.targets = {path: link.spec(text) for path, text in texts.items()}
         self.resolved_rename, self.resolved_fuse = chosen["rename"], chosen["fuse"]

@@ -27,6 +27,9 @@ if JAX_RANK:  # the JAX process: 4 CPU devices of its own, and torch CPU for the
     import jax
 
     jax.config.update("jax_num_cpu_devices", 4)
+TF_RANK = (scenario == "tf" and rank == 2) or (scenario == "tf_mc" and rank >= 2) or (scenario == "tf_twice" and rank)
+if TF_RANK:  # a TF process: logical CPUs of its own (tf_mc: initialize_multi_client sets them), torch for the wire
+    os.environ["LAYOUTCORE_CPU_DEVICES"] = "4"
 
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
@@ -106,7 +109,7 @@ def torch_groups(*rank_sets: list[int]) -> None:
     """torch's DeviceMesh over a subset of the world makes a process group, which every rank must
     create, in the same order: members through the driver, the others with ``dist.new_group``."""
     for ranks in rank_sets:
-        if rank in ranks and not JAX_RANK and not (scenario == "numpy" and rank == 0):
+        if rank in ranks and not JAX_RANK and not TF_RANK and not (scenario == "numpy" and rank == 0):
             lc.get_driver("torch").device_mesh(torch_mesh(ranks))
         else:
             dist.new_group(ranks)
@@ -168,6 +171,12 @@ def run_scenario() -> None:
         import _cases_jax as cases
     elif scenario == "numpy":
         import _cases_numpy as cases
+    elif scenario == "tf":
+        import _cases_tf as cases
+    elif scenario == "tf_mc":
+        import _cases_tf_mc as cases
+    elif scenario == "tf_twice":
+        import _cases_tf_twice as cases
     else:  # "die", "hang"
         import _cases_die as cases
     cases.run(sys.modules[__name__])
