@@ -428,14 +428,32 @@ _DEVICE_LOAD_ROWS = (
     ("load_new_cols_vs_fromfile_kept", "`load` new arrays, rows → columns, warm / `np.fromfile`, arrays kept"),
     ("load_new_rows_cold_vs_fromfile_kept_cold", "`load` new arrays, saved layout, cold / `np.fromfile`, cold"),
     ("load_new_cols_cold_vs_fromfile_kept_cold", "`load` new arrays, rows → columns, cold / `np.fromfile`, cold"),
+)
+#: The safetensors and Orbax targets (``bench_device_load.py --select interchange``, and full runs).
+_INTERCHANGE_ROWS = (
     ("st_numpy_cols_vs_preadv_fresh", "safetensors → NumPy, columns / `preadv` into new memory"),
     ("st_jax_cols_vs_preadv_fresh", "safetensors → JAX, columns / `preadv` into new memory"),
     ("st_torch_cols_vs_preadv_fresh", "safetensors → torch, columns / `preadv` into new memory"),
-    ("st_numpy_cols_over_load_file", "safetensors → NumPy, columns: time / `safetensors.numpy.load_file`"),
+    ("st_numpy_cols_vs_fromfile_kept", "safetensors → NumPy, columns / `np.fromfile` of the file"),
+    ("st_jax_cols_vs_fromfile_kept", "safetensors → JAX, columns / `np.fromfile` of the file"),
+    ("st_torch_cols_vs_fromfile_kept", "safetensors → torch, columns / `np.fromfile` of the file"),
+    (
+        "st_numpy_cols_over_load_file_distribute",
+        "safetensors → NumPy, columns: time / `load_file` + `distribute_tensor` (NumPy: views)",
+    ),
     ("st_jax_cols_over_load_file_device_put", "safetensors → JAX, columns: time / `load_file` + `jax.device_put`"),
     (
         "st_torch_cols_over_load_file_distribute",
         "safetensors → torch, columns: time / `load_file` + `distribute_tensor`",
+    ),
+    ("orbax_jax_rows_over_restore", "Orbax → JAX, saved layout: time / `StandardCheckpointer.restore`"),
+    (
+        "orbax_jax_cols_over_restore_cols",
+        "Orbax → JAX, rows → columns: time / `restore` with the column shardings",
+    ),
+    (
+        "orbax_numpy_cols_over_restore_distribute",
+        "Orbax → NumPy, rows → columns: time / `restore` as NumPy + `distribute_tensor`",
     ),
 )
 
@@ -464,6 +482,15 @@ def _device_rss(d: Data) -> Cell:
     rss = d["peak_rss_growth_bytes"]
     worst = max(v for k, v in rss.items() if k.startswith("into"))
     return f"{worst / 2**20:.1f} MiB", worst <= d["rss_budget_bytes"]
+
+
+def _interchange_bounds(d: Data) -> Cell:
+    g = d["GiB_per_s"]
+    t = d["load_threads"]
+    fresh, whole = g.get(f"st_preadv_fresh_t{t}"), g.get("st_fromfile_kept")
+    if fresh is None or whole is None:
+        return "not run", None
+    return f"{fresh:.2f} GiB/s ({t} threads) / {whole:.2f} GiB/s", None
 
 
 def _device_bound(d: Data) -> Cell:
@@ -712,6 +739,17 @@ TABLES: tuple[Table, ...] = (
             Row("page-cache read (`preadv`) into new memory, 1 / 2 / 4 / 8 threads", "the bound", _device_bound),
             *(Row(label, _device_target_words(key), _device_target(key)) for key, label in _DEVICE_LOAD_ROWS),
             Row("peak RSS growth during `load(into=...)`", "≤ 64 MiB", _device_rss),
+        ),
+    ),
+    Table(
+        "bench_device_load.interchange",
+        (
+            ("bench_device_load.host.interchange.json", "host memory, `--select interchange`"),
+            ("bench_device_load.host.json", "host memory, full run"),
+        ),
+        (
+            Row("safetensors file: `preadv` into new memory / `np.fromfile`", "the bounds", _interchange_bounds),
+            *(Row(label, _device_target_words(key), _device_target(key)) for key, label in _INTERCHANGE_ROWS),
         ),
     ),
     Table(
