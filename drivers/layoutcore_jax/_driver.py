@@ -23,7 +23,7 @@ from layoutcore.driver import (
     RelayoutMove,
 )
 
-from . import _relayout
+from . import _relayout_choice
 from ._convert import (
     AxisTypeName,
     _devices_by_name,
@@ -379,7 +379,7 @@ class JaxDriver(Driver):
             moved = self.native_relayout_planned(_array(bitcast(tensor, carrier)), move.retyped(carrier.name))
             return _array(bitcast(moved, tensor.dtype))
         sharding = self._sharding(layout, devices)
-        planned = _relayout.relayout_at_floor(self, tensor, move, sharding)
+        planned = _relayout_choice.relayout_at_floor(self, tensor, move, sharding)
         if planned is not None:  # device_put would move more than relayout_plan's floor
             return planned
         out = _array(self._jax.device_put(tensor, sharding))
