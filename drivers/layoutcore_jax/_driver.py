@@ -101,7 +101,8 @@ class JaxDriver(Driver):
     distribute_tensor   ``jax.device_put(x, NamedSharding)``
     unpack              ``array.addressable_shards`` in mesh order (this process's only)
     pack                ``jax.make_array_from_single_device_arrays`` (after layoutcore's checks)
-    relayout            ``jax.device_put(array, other NamedSharding)`` (device to device)
+    relayout            the fastest move at the floor (``_relayout_choice``): ``jax.device_put``,
+                        JAX's compiled reshard, the plan's ``ppermute`` rounds, or host copies
     fetch_layout        ``array.sharding`` (``NamedSharding`` or ``SingleDeviceSharding``)
     to_numpy            one copy per distinct shard; a collective across processes
     call_with_layout    ``jax.jit(fn, out_shardings=NamedSharding)``: each device builds its shard

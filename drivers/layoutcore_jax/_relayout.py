@@ -6,9 +6,11 @@ another mesh over the same devices 2x and (x, y) -> (None, (x, y)) 1.7x (measure
 HLO in ``benchmarks/bench_relayout_bytes.py``). The driver reads JAX's own plan first: the
 collectives of the compiled ``jax.jit(lambda a: a, out_shardings=target)`` (compiled once per
 pair of shardings, shape and dtype, never run), priced by :func:`hlo_moved_bytes`. Where that is
-the floor, ``device_put`` runs as before. Elsewhere, and where JAX cannot compile the move (meshes
-over different device sets), one jitted ``shard_map`` over a flat mesh of every participating
-device runs the plan's rectangles:
+the floor, ``device_put`` and that compiled move are candidates of the driver's choice
+(``_relayout_choice``, which measures them against this module's program and, on CPU devices,
+host copies). This module's program, one jitted ``shard_map`` over a flat mesh of every
+participating device (also where JAX cannot compile the move: meshes over different device sets),
+runs the plan's rectangles:
 
 * each device's source block enters as its own shard, without a copy
   (``make_array_from_single_device_arrays``; a device of the target mesh outside the source mesh

@@ -244,6 +244,8 @@ def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised C-ordered array whose data starts on a :data:`_ALIGN`-byte boundary."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
+    if not nbytes:  # no data to alias (NumPy's pointer of an empty view is arbitrary)
+        return np.empty(shape, dtype)
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     block: np.ndarray = raw[start : start + nbytes].view(dtype).reshape(shape)
