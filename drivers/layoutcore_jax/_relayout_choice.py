@@ -30,7 +30,7 @@ timed rounds in rotating order, each run waited for (``block_until_ready``): at 
 than :data:`MEASURE_BUDGET_S`. It keeps the candidate with the least time (ties: the order above).
 The choice is cached (LRU, 256 pairs); the relayout then runs the chosen candidate, as every later
 call does. Every candidate returns the same bits, so the measurement never changes a result; it
-runs each candidate 3 to 11 times, once per pair, and its moves are not counted by
+runs each candidate 4 to 11 times, once per pair, and its moves are not counted by
 ``CollectiveBytes`` (only the relayout's own). On a busy host a near tie may go either way; the
 minimum over several runs keeps a clear winner from losing to one disturbed run. Inside ``jax.jit`` nothing here runs (the driver
 applies JAX's sharding constraint), and a relayout onto the sharding it already has is a
@@ -75,11 +75,11 @@ MODE_ENV = "LAYOUTCORE_JAX_RELAYOUT"
 #: The candidates, in the order that breaks a tie.
 CANDIDATES = ("device_put", "jit_reshard", "collective", "host_copy")
 #: Timed rounds of the one-time measurement at least (after one untimed round) ...
-MEASURE_ROUNDS = 2
+MEASURE_ROUNDS = 3
 #: ... and at most, while the runs so far took less than :data:`MEASURE_BUDGET_S` seconds: cheap moves
 #: get more rounds, so that one disturbed run on a busy host does not decide.
 MEASURE_MAX_ROUNDS = 10
-MEASURE_BUDGET_S = 0.25
+MEASURE_BUDGET_S = 1.0
 _ALIGN = 64  # bytes: a NumPy array aligned so is aliased, not copied, by device_put onto a CPU device
 
 _LOCK = threading.Lock()
