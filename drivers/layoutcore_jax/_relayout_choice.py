@@ -248,12 +248,14 @@ class _HostCopy:
 
         by_device = {shard.device: shard.data for shard in tensor.addressable_shards}
         views = {i: np.asarray(by_device[device]) for i, device in self.sources}  # zero-copy, waits for the data
-        arrays = []
-        for device, shape, pieces in self.blocks:
+        blocks = []
+        for _, shape, pieces in self.blocks:
             block = _aligned_empty(shape, tensor.dtype)
             for sender, source_at, target_at in pieces:
                 block[target_at] = views[sender][source_at]
-            arrays.append(jax.device_put(block, device))  # aliases the aligned block: no second copy
+            blocks.append(block)
+        # one batched call (a device_put per block costs ~30 us of Python each); it aliases aligned blocks
+        arrays = jax.device_put(blocks, [device for device, _, _ in self.blocks])
         _relayout.count_host_copy(self.moved)
         return jax.make_array_from_single_device_arrays(tensor.shape, self.sharding, arrays)
 
