@@ -155,10 +155,11 @@ def _candidates(driver: _relayout.JaxDriver, tensor: jax.Array, move: RelayoutMo
 
 
 def _choose(candidates: list[_Candidate], tensor: jax.Array, mode: str) -> _Candidate:
-    """The forced candidate (``collective`` where it is none), the only one, or the fastest measured."""
+    """The forced candidate (else ``collective``; onto the same sharding ``device_put``, the only one), the
+    only one, or the fastest measured."""
     if mode != "measure":
         named = {c.name: c for c in candidates}
-        return named.get(mode, named["collective"])
+        return named.get(mode, named.get("collective", candidates[0]))
     if len(candidates) == 1:
         return candidates[0]
     import jax

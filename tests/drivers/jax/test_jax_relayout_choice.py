@@ -197,6 +197,10 @@ def test_a_relayout_onto_its_own_sharding_is_not_measured(driver: JaxDriver, mon
     assert timer.measured == []
     assert out is not tensor and lc.fetch_layout(out, driver=driver) == named
     check_shards(out, x, named)
+    monkeypatch.setenv(choice.MODE_ENV, "collective")  # forced: device_put is the only candidate there
+    out = lc.relayout(tensor, named, driver=driver)
+    assert choice.chosen(tensor, driver.named_sharding(named)) == "device_put"
+    check_shards(out, x, named)
 
 
 def test_host_copy_blocks_are_aligned_for_aliasing() -> None:
