@@ -24,13 +24,13 @@ copies 8 times; jax 0.11.2 on 16 cores: the compiled reshard is 19x faster than 
 x -> None), so no fixed rule or model in the code can know it: the driver **measures**. The first
 relayout of a pair of shardings (so of meshes, source and target layout), shape and dtype waits for
 its input, then runs every candidate on fresh arrays over the input's buffers (``jax.Array`` caches
-its host copy, which would favour the second ``device_put``): one untimed round (compilation), then
-timed rounds in rotating order, each run waited for (``block_until_ready``): at least
-:data:`MEASURE_ROUNDS`, and more (up to :data:`MEASURE_MAX_ROUNDS`) while all runs so far took less
-than :data:`MEASURE_BUDGET_S`. It keeps the candidate with the least time (ties: the order above).
+its host copy, which would favour the second ``device_put``): :data:`MEASURE_WARMUP_ROUNDS` untimed
+rounds (compilation, fresh memory), then timed rounds in rotating order, each run waited for
+(``block_until_ready``): at least :data:`MEASURE_ROUNDS`, and more (up to :data:`MEASURE_MAX_ROUNDS`)
+while all runs so far took less than :data:`MEASURE_BUDGET_S`. It keeps the candidate with the least time (ties: the order above).
 The choice is cached (LRU, 256 pairs); the relayout then runs the chosen candidate, as every later
 call does. Every candidate returns the same bits, so the measurement never changes a result; it
-runs each candidate 4 to 11 times, once per pair, and its moves are not counted by
+runs each candidate 5 to 12 times, once per pair, and its moves are not counted by
 ``CollectiveBytes`` (only the relayout's own). On a busy host a near tie may go either way; the
 minimum over several runs keeps a clear winner from losing to one disturbed run. Inside ``jax.jit`` nothing here runs (the driver
 applies JAX's sharding constraint), and a relayout onto the sharding it already has is a
@@ -65,6 +65,7 @@ __all__ = [
     "MEASURE_BUDGET_S",
     "MEASURE_MAX_ROUNDS",
     "MEASURE_ROUNDS",
+    "MEASURE_WARMUP_ROUNDS",
     "MODE_ENV",
     "chosen",
     "relayout_at_floor",
@@ -74,12 +75,15 @@ __all__ = [
 MODE_ENV = "LAYOUTCORE_JAX_RELAYOUT"
 #: The candidates, in the order that breaks a tie.
 CANDIDATES = ("device_put", "jit_reshard", "collective", "host_copy")
-#: Timed rounds of the one-time measurement at least (after one untimed round) ...
+#: Untimed rounds first: the first compiles; the second still ran 2-10x slower than later ones on a busy
+#: 2-core host (fresh memory for every output: page faults until the allocator reuses freed blocks).
+MEASURE_WARMUP_ROUNDS = 2
+#: Timed rounds of the one-time measurement at least ...
 MEASURE_ROUNDS = 3
 #: ... and at most, while the runs so far took less than :data:`MEASURE_BUDGET_S` seconds: cheap moves
 #: get more rounds, so that one disturbed run on a busy host does not decide.
 MEASURE_MAX_ROUNDS = 10
-MEASURE_BUDGET_S = 1.0
+MEASURE_BUDGET_S = 2.0
 _ALIGN = 64  # bytes: a NumPy array aligned so is aliased, not copied, by device_put onto a CPU device
 
 _LOCK = threading.Lock()
@@ -167,17 +171,16 @@ def _choose(candidates: list[_Candidate], tensor: jax.Array, mode: str) -> _Cand
     tensor.block_until_ready()  # what produced the input is not the first candidate's cost
     shards = [shard.data for shard in tensor.addressable_shards]
     best = dict.fromkeys((c.name for c in candidates), math.inf)
-    spent, r = 0.0, 0
+    spent, r, last = 0.0, 0, MEASURE_WARMUP_ROUNDS + MEASURE_MAX_ROUNDS
     with _relayout.uncounted():
-        # round 0 compiles and touches memory first: untimed
-        while r <= MEASURE_ROUNDS or (r <= MEASURE_MAX_ROUNDS and spent < MEASURE_BUDGET_S):
+        while r < MEASURE_WARMUP_ROUNDS + MEASURE_ROUNDS or (r < last and spent < MEASURE_BUDGET_S):
             for k in range(len(candidates)):
                 candidate = candidates[(r + k) % len(candidates)]
                 # a new Array over the same buffers per run: jax.Array caches its host copy
                 fresh = jax.make_array_from_single_device_arrays(tensor.shape, tensor.sharding, shards)
                 seconds = _seconds(candidate, fresh)
                 spent += seconds
-                if r:
+                if r >= MEASURE_WARMUP_ROUNDS:
                     best[candidate.name] = min(best[candidate.name], seconds)
             r += 1
     return min(candidates, key=lambda c: (best[c.name], CANDIDATES.index(c.name)))
