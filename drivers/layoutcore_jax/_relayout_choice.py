@@ -18,10 +18,10 @@ it moves exactly ``relayout_plan``'s ``floor_bytes`` between devices:
   once; ``device_put`` of a fully addressable array instead gathers the whole array into host
   memory and scatters it again.
 
-Which is fastest depends on the jax version, the host and the move (jax 0.10.2 on 2 cores:
-``device_put`` aliases one host buffer for every replica of x -> None, where the compiled reshard
-copies 8 times; jax 0.11.2 on 16 cores: the compiled reshard is 19x faster than ``device_put`` for
-x -> None), so no fixed rule or model in the code can know it: the driver **measures**. The first
+Which is fastest depends on the jax version, the host, the move and its size (jax 0.10.2 on 2 cores,
+x -> None: ``device_put`` 6x faster than the compiled reshard at 16 MiB, ``host_copy`` 3.6x faster
+than both at 64 MiB; jax 0.11.2 on 16 cores: the compiled reshard 19x faster than ``device_put`` at
+16 MiB), so no fixed rule or model in the code can know it: the driver **measures**. The first
 relayout of a pair of shardings (so of meshes, source and target layout), shape and dtype waits for
 its input, then runs every candidate on fresh arrays over the input's buffers (``jax.Array`` caches
 its host copy, which would favour the second ``device_put``): :data:`MEASURE_WARMUP_ROUNDS` untimed
