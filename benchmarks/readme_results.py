@@ -176,6 +176,28 @@ def _tf_step(size: str) -> Callable[[Data], Cell]:
     return cell
 
 
+def _transfer_tf(side: str, name: str, *, targeted: bool) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d[side][name]
+        text = f"{_ratio(r['memcpy_ratio'])} (median {_ratio(r['memcpy_ratio_median'])}; {_time(r['min_s'])})"
+        return text, (r["memcpy_ratio"] < d["target_memcpy_ratio"]) if targeted else None
+
+    return cell
+
+
+_TRANSFER_TF_ROWS = (  # (side, row label, contender in the result file, whether it has the target)
+    ("sender", "sender: components read through DLPack / `memcpy`", "sender_local (DLPack views)", True),
+    ("sender", "sender: `.numpy()` per component (before) / `memcpy`", ".numpy() per component (before)", False),
+    ("receiver", "receiver: DTensor from aligned blocks / `memcpy`", "pack_owned, aligned blocks", True),
+    (
+        "receiver",
+        "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
+        "pack_owned, blocks 16 B off (before)",
+        False,
+    ),
+)
+
+
 def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size, ours=ours, torch=torch)
@@ -369,13 +391,14 @@ _TRANSFER_SYNCS = (
 )
 
 
-def _transfer_sync(key: str, ratio: str, target: float) -> Callable[[Data], Cell]:
+def _transfer_sync(key: str, ratio: str, target: float | None, shown: str = "sync") -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = d["sync"][key]
         seconds = r["seconds_min"]
+        median = f"median {_ratio(r[ratio + ' (median)'])}; " if ratio + " (median)" in r else ""
         return (
-            f"{_ratio(r[ratio])} (median {_ratio(r[ratio + ' (median)'])}; sync {_time(seconds['sync'])})",
-            r[ratio] >= target,
+            f"{_ratio(r[ratio])} ({median}{shown} {_time(seconds[shown])})",
+            None if target is None else r[ratio] >= target,
         )
 
     return cell
@@ -643,6 +666,14 @@ TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
+        "bench_transfer_tf",
+        (("bench_transfer_tf.json", "one TF process"),),
+        tuple(
+            Row(label, "< 0.1x" if targeted else "reported", _transfer_tf(side, key, targeted=targeted))
+            for side, label, key, targeted in _TRANSFER_TF_ROWS
+        ),
+    ),
+    Table(
         "bench_torch",
         (("bench_torch.json", "CPU time"), ("bench_torch.wall.json", "wall time")),
         tuple(
@@ -710,6 +741,14 @@ TABLES: tuple[Table, ...] = (
             ),
             *(
                 Row(f"{key}: gather + broadcast / sync", "≥ 2x", _transfer_sync(key, "gather+broadcast/sync", 2.0))
+                for key in _TRANSFER_SYNCS
+            ),
+            *(
+                Row(
+                    f"{key}: raw / (`np.copyto` pack + raw), the copy alone",
+                    "reported",
+                    _transfer_sync(key, "raw/(pack + raw)", None, "pack + raw"),
+                )
                 for key in _TRANSFER_SYNCS
             ),
         ),
