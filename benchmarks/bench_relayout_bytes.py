@@ -18,7 +18,10 @@ for a relayout that moves nothing it need not.
 
 * **JAX** (``layoutcore_jax._relayout.CollectiveBytes``): the collectives of the compiled HLO of
   every program executed (and, for ``device_put``, of ``jax.jit(lambda a: a, out_shardings=...)``,
-  the program XLA runs for that move). Each device runs the SPMD program, so a collective's
+  the program XLA runs for that move), and the bytes the driver's ``host_copy`` move copies from
+  one CPU device's shard into another's block, as it copies them. The driver's one-time
+  measurement of its candidate moves (first relayout of a pair) is not counted; ``chosen`` names
+  the move it picked. Each device runs the SPMD program, so a collective's
   per-device bytes count once per device: an ``all-gather`` receives ``result - operand``; an
   ``all-to-all`` over ``g`` receives ``(g-1)/g`` of its operands; a ``collective-permute`` carries
   its operand once per pair with ``source != target``; ``reduce-scatter`` ``(g-1)/g`` and
@@ -100,6 +103,7 @@ def measure_jax() -> dict[str, Any]:
     import jax
     import numpy as np
     from layoutcore_jax._relayout import CollectiveBytes, hlo_moved_bytes
+    from layoutcore_jax._relayout_choice import chosen
 
     driver = lc.get_driver("jax")
     out: dict[str, Any] = {"statistic": "count", "framework": f"jax {jax.__version__}", "cases": {}}
@@ -126,6 +130,9 @@ def measure_jax() -> dict[str, Any]:
             "native": _contender(floor, native),
             "layoutcore": _contender(floor, planned),
         }
+        if "error" not in out["cases"][case]["layoutcore"]:
+            # the driver's move, chosen by its one-time measurement (not counted: only the relayout is)
+            out["cases"][case]["layoutcore"]["chosen"] = chosen(value, driver.named_sharding(target))  # type: ignore[attr-defined]
     return out
 
 

@@ -8,18 +8,20 @@
     PYTHONPATH=.:drivers .tox/torch/bin/python benchmarks/bench_relayout_wall.py torch-simulation
 
 * **JAX** (one process, 8 CPU devices, 2048x2048 float32 = 16 MiB): ``lc.relayout`` against
-  ``jax.device_put`` to the target sharding, and against *before*: the same driver with the plan
-  switched off (``device_put``, what the driver ran before it planned relayouts; the floor check
-  itself stays on, so its cost is in the *layoutcore* column only). Each round runs every contender
-  once in a rotating order, each call waited for (``block_until_ready``); the minimum and the
-  median over rounds are reported (the machine is shared: ratios of minima judge the targets). Targets: ``layoutcore / device_put <= 1.1`` where the plan runs,
-  ``layoutcore / before <= 1.05`` where JAX's move is kept (already at the floor). A fourth
-  contender, *jit_reshard*, is JAX's own compiled move (``jax.jit(identity, out_shardings=target)``,
-  what XLA runs for the move inside ``jax.jit``): ``device_put`` of a fully addressable array that
-  no source shard already holds takes another path, through host memory (jax 0.10.2
-  ``shard_sharded_device_array_slow_path`` gathers the whole array with ``x._value`` and scatters it
-  again), so on CPU devices it is two memory copies and runs no collective at all. ``jax-64mib``
-  runs the same at 4096x4096 (64 MiB, the torch gloo size), 15 rounds.
+  ``jax.device_put`` to the target sharding, against *jit_reshard*, JAX's own compiled move
+  (``jax.jit(identity, out_shardings=target)``, what XLA runs for the move inside ``jax.jit``; where
+  JAX can compile it), and against *before*: the same driver with its choice switched off
+  (``device_put``, what the driver ran before it planned relayouts). ``device_put`` of a fully
+  addressable array that no source shard already holds takes another path, through host memory
+  (jax 0.10.2 ``shard_sharded_device_array_slow_path`` gathers the whole array with ``x._value``
+  and scatters it again), so on CPU devices it runs no collective at all. Each round runs every
+  contender once in a rotating order, each call waited for (``block_until_ready``), on a new Array
+  over the same buffers; the minimum and the median over rounds are reported (the machine is
+  shared: ratios of minima judge the target). The warm-up call makes the driver's one-time
+  choice among its moves at the floor (``layoutcore_jax._relayout_choice``: ``device_put``,
+  ``jit_reshard``, the ``collective`` plan, ``host_copy``), recorded per case as *chosen*. Target:
+  ``layoutcore / best_native <= 1.1``, *best_native* the faster of ``device_put`` and
+  *jit_reshard*. ``jax-64mib`` runs the same at 4096x4096 (64 MiB, the torch gloo size), 15 rounds.
 * **torch gloo** (4 processes on 127.0.0.1, one rank each, 4096x4096 float32 = 64 MiB):
   ``lc.relayout`` against ``DTensor.redistribute`` on a 2x2 mesh; each call starts after a barrier
   and its time is the slowest rank's. Target ``layoutcore / redistribute <= 1.0`` on the changed
@@ -104,7 +106,7 @@ def _summary(times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> dic
 def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict[str, Any]:
     import jax
     import numpy as np
-    from layoutcore_jax import _relayout
+    from layoutcore_jax import _relayout, _relayout_choice
 
     devices = [f"CPU:{i}" for i in range(8)]
     line = lc.Mesh((8,), ("x",), devices=devices)
@@ -120,10 +122,11 @@ def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict
         "((x,y),None) -> (None,(x,y))": (lc.Layout([("x", "y"), None], grid), lc.Layout([None, ("x", "y")], grid)),
     }
     driver = lc.get_driver("jax")
-    planned = _relayout.relayout_at_floor
+    planned = _relayout_choice.relayout_at_floor
     out: dict[str, Any] = {
         "statistic": {"target ratios": "minimum", "(median) ratios": "median"},
         "framework": f"jax {jax.__version__}",
+        "target": "layoutcore/best_native <= 1.1 (best_native: min of device_put and jit_reshard per statistic)",
         "devices": 8,
         "shape": list(shape),
         "dtype": "float32",
@@ -148,11 +151,11 @@ def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict
             lc.relayout(value, target, driver=driver).block_until_ready()
 
         def before(value: Any, target: lc.Layout = target) -> None:
-            _relayout.relayout_at_floor = lambda *a, **k: None  # type: ignore[assignment]
+            _relayout_choice.relayout_at_floor = lambda *a, **k: None  # type: ignore[assignment]
             try:
                 lc.relayout(value, target, driver=driver).block_until_ready()
             finally:
-                _relayout.relayout_at_floor = planned
+                _relayout_choice.relayout_at_floor = planned
 
         def device_put(value: Any, sharding: Any = sharding) -> None:
             jax.device_put(value, sharding).block_until_ready()
@@ -169,13 +172,19 @@ def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict
 
             contenders["jit_reshard"] = jit_reshard
             pairs.append(("layoutcore", "jit_reshard"))
-        times = _interleaved(contenders, rounds, fresh)
+        times = _interleaved(contenders, rounds, fresh)  # its warm-up makes the driver's one-time choice
         plan_runs = native is None or native > floor
+        summary = _summary(times, pairs)
+        for statistic, suffix in (("seconds_min", ""), ("seconds_median", " (median)")):
+            seconds = summary[statistic]
+            best_native = min(seconds[n] for n in ("device_put", "jit_reshard") if n in seconds)
+            summary[f"layoutcore/best_native{suffix}"] = seconds["layoutcore"] / best_native
         bound = driver.bind_mesh(target.mesh)  # type: ignore[arg-type]
-        # the front-end's move and the floor check (a cached lookup): the only added cost of a kept case
+        chosen = _relayout_choice.chosen(value, sharding)
+        # where device_put is chosen, the front-end's move and the choice (a cached lookup) are all it adds
         check = (
             None
-            if plan_runs
+            if chosen != "device_put"
             else _call_seconds(
                 lambda v=value, t=target, b=bound, s=sharding: planned(driver, v, driver.relayout_move(v, t, b), s)
             )
@@ -184,9 +193,9 @@ def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict
             "floor_bytes": floor,
             "device_put_bytes": native,
             "plan_runs": plan_runs,
-            **_summary(times, pairs),
-            "check_seconds": check,  # kept cases: the floor check alone (a cached lookup), the only added cost
-            "target": "layoutcore/device_put <= 1.1" if plan_runs else "layoutcore/before <= 1.05",
+            "chosen": chosen,  # the driver's measured choice (made once, in the warm-up)
+            **summary,
+            "check_seconds": check,  # device_put chosen: the choice alone (a cached lookup), the only added cost
         }
     return out
 
@@ -343,7 +352,7 @@ def main(argv: list[str]) -> int:
     for case, result in data["cases"].items():
         ratios = {k: round(v, 3) for k, v in result.items() if "/" in k}
         seconds = {k: f"{v * 1e3:.2f} ms" for k, v in result["seconds_min"].items()}
-        print(f"{case:42s} {ratios} {seconds}")
+        print(f"{case:42s} {result.get('chosen')} {ratios} {seconds}")
     return 0
 
 

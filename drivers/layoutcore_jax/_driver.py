@@ -23,7 +23,7 @@ from layoutcore.driver import (
     RelayoutMove,
 )
 
-from . import _relayout
+from . import _relayout_choice
 from ._convert import (
     AxisTypeName,
     _devices_by_name,
@@ -101,7 +101,8 @@ class JaxDriver(Driver):
     distribute_tensor   ``jax.device_put(x, NamedSharding)``
     unpack              ``array.addressable_shards`` in mesh order (this process's only)
     pack                ``jax.make_array_from_single_device_arrays`` (after layoutcore's checks)
-    relayout            ``jax.device_put(array, other NamedSharding)`` (device to device)
+    relayout            the fastest move at the floor (``_relayout_choice``): ``jax.device_put``,
+                        JAX's compiled reshard, the plan's ``ppermute`` rounds, or host copies
     fetch_layout        ``array.sharding`` (``NamedSharding`` or ``SingleDeviceSharding``)
     to_numpy            one copy per distinct shard; a collective across processes
     call_with_layout    ``jax.jit(fn, out_shardings=NamedSharding)``: each device builds its shard
@@ -379,7 +380,7 @@ class JaxDriver(Driver):
             moved = self.native_relayout_planned(_array(bitcast(tensor, carrier)), move.retyped(carrier.name))
             return _array(bitcast(moved, tensor.dtype))
         sharding = self._sharding(layout, devices)
-        planned = _relayout.relayout_at_floor(self, tensor, move, sharding)
+        planned = _relayout_choice.relayout_at_floor(self, tensor, move, sharding)
         if planned is not None:  # device_put would move more than relayout_plan's floor
             return planned
         out = _array(self._jax.device_put(tensor, sharding))

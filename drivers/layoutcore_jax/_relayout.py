@@ -6,9 +6,11 @@ another mesh over the same devices 2x and (x, y) -> (None, (x, y)) 1.7x (measure
 HLO in ``benchmarks/bench_relayout_bytes.py``). The driver reads JAX's own plan first: the
 collectives of the compiled ``jax.jit(lambda a: a, out_shardings=target)`` (compiled once per
 pair of shardings, shape and dtype, never run), priced by :func:`hlo_moved_bytes`. Where that is
-the floor, ``device_put`` runs as before. Elsewhere, and where JAX cannot compile the move (meshes
-over different device sets), one jitted ``shard_map`` over a flat mesh of every participating
-device runs the plan's rectangles:
+the floor, ``device_put`` and that compiled move are candidates of the driver's choice
+(``_relayout_choice``, which measures them against this module's program and, on CPU devices,
+host copies). This module's program, one jitted ``shard_map`` over a flat mesh of every
+participating device (also where JAX cannot compile the move: meshes over different device sets),
+runs the plan's rectangles:
 
 * each device's source block enters as its own shard, without a copy
   (``make_array_from_single_device_arrays``; a device of the target mesh outside the source mesh
@@ -33,9 +35,11 @@ processes (``jax.distributed``) it keeps ``device_put`` as well.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -57,7 +61,7 @@ class JaxDriver(Protocol):
     def native_fetch_layout(self, tensor: Any) -> Layout: ...
 
 
-__all__ = ["CollectiveBytes", "hlo_moved_bytes", "native_moved_bytes", "relayout_at_floor"]
+__all__ = ["CollectiveBytes", "count_host_copy", "hlo_moved_bytes", "native_moved_bytes", "run_program", "uncounted"]
 
 _CACHE_SIZE = 256
 _AXIS = "lc_relayout"
@@ -323,26 +327,11 @@ def _flat_input(program: _Program, tensor: jax.Array, scalar: bool) -> jax.Array
     return jax.make_array_from_single_device_arrays(global_shape, program.input_sharding, arrays)
 
 
-def relayout_at_floor(driver: JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any) -> jax.Array | None:
-    """``tensor`` laid out by ``move``'s target (``sharding``) moving exactly its plan's bytes, or ``None``
-    where ``device_put`` already moves that (see the module docstring). The source layout, the target
-    on its concrete mesh, the plan and the schedule come from ``move`` (the core's, computed once)."""
+def run_program(program: _Program, tensor: jax.Array, sharding: Any, scalar: bool) -> jax.Array:
+    """``tensor`` laid out on ``sharding`` by ``program`` (its plan's rectangles; a scalar planned as
+    shape ``(1,)``), dispatched under the in-flight bound; the result's shards are the program's, no copy."""
     import jax
 
-    if driver._multiprocess:
-        return None  # across processes: device_put (its collectives span the processes)
-    # The shardings decide everything (devices, blocks): one decision per pair, shape and dtype, so that
-    # a relayout JAX already moves at the floor pays a dictionary lookup, not a plan.
-    key = (tensor.sharding, sharding, tensor.shape, tensor.dtype)
-    with _LOCK:
-        decided = _DECIDED.get(key, _UNDECIDED)
-    if decided is _UNDECIDED:
-        decided = _decide(driver, tensor, move, sharding)
-        with _LOCK:
-            _DECIDED.put(key, decided)
-    if decided is None:
-        return None
-    program, scalar = cast("tuple[_Program, bool]", decided)
     out, _ = INFLIGHT.dispatch(program.run, _flat_input(program, tensor, scalar))
     by_device = {shard.device: shard.data for shard in out.addressable_shards}
     arrays = [by_device[d] for d, q in zip(program.devices, program.target_of, strict=True) if q is not None]
@@ -351,26 +340,37 @@ def relayout_at_floor(driver: JaxDriver, tensor: jax.Array, move: RelayoutMove, 
     return jax.make_array_from_single_device_arrays(tuple(tensor.shape), sharding, arrays)
 
 
-_UNDECIDED = object()
-# (source sharding, target sharding, shape, dtype) -> None (device_put) or (program, scalar)
-_DECIDED: LRUCache[Any, Any] = LRUCache(_CACHE_SIZE)
-
-
-def _decide(driver: JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any) -> tuple[_Program, bool] | None:
-    """``None`` where ``device_put`` moves the floor, else the program that does."""
-    native = native_moved_bytes(tensor, sharding)
-    if native is not None and native <= move.plan.floor_bytes:
-        return None
-    scalar = tensor.ndim == 0  # planned as shape (1,): shard_map splits a leading axis
-    if scalar:
-        source, target = move.source, move.target
-        move = RelayoutMove.between(Layout((None,), source.mesh), Layout((None,), target.mesh), (1,), move.dtype)
-    return _program(driver, move), scalar
-
-
 # ------------------------------------------------------------------------------------------------
 # Counting what a relayout moves (benchmarks, tests, the conformance suite)
 # ------------------------------------------------------------------------------------------------
+_COUNTERS: list[CollectiveBytes] = []  # the active counters
+_QUIET = threading.local()  # .depth > 0: this thread's moves are a measurement, not counted
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """This thread's moves meanwhile are not counted by active :class:`CollectiveBytes` (the relayout
+    chooser's one-time measurement: only the relayout that runs is counted)."""
+    _QUIET.depth = getattr(_QUIET, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _QUIET.depth -= 1
+
+
+def _counting() -> bool:
+    return getattr(_QUIET, "depth", 0) == 0
+
+
+def count_host_copy(nbytes: int) -> None:
+    """Adds ``nbytes`` copied between different CPU devices' buffers by the host (the relayout's
+    ``host_copy`` move, counted as it copies) to every active :class:`CollectiveBytes`."""
+    if _counting():
+        for counter in _COUNTERS:
+            counter.moved += nbytes
+            counter.ops.append("host-copy")
+
+
 class CollectiveBytes:
     """Counts the bytes JAX moves between devices while active, from compiled HLO, never from a plan.
 
@@ -382,8 +382,12 @@ class CollectiveBytes:
       JAX's compiled identity onto that sharding (:func:`native_moved_bytes`; on CPU ``device_put``
       copies buffers outside XLA, and this is the program XLA would run for the move).
       A move it cannot price (different device sets) raises ``RuntimeError``: never a silent 0.
+    * Every host copy between CPU devices' buffers of the relayout's ``host_copy`` move (no XLA program
+      runs there): the bytes of the rectangles it copies from one device's shard into another's block.
 
-    ``moved`` is the total, ``ops`` one ``"op g=N"`` per collective (``"device_put"`` for the second kind).
+    Moves of the relayout chooser's one-time measurement (:func:`uncounted`) are not counted.
+    ``moved`` is the total, ``ops`` one ``"op g=N"`` per collective (``"device_put"`` for the second
+    kind, ``"host-copy"`` per host-copied relayout).
     """
 
     def __init__(self) -> None:
@@ -401,6 +405,8 @@ class CollectiveBytes:
         device_put = jax.device_put
 
         def counted_execute(self: Any, *args: Any) -> Any:
+            if not _counting():
+                return execute(self, *args)
             hlo = "\n".join(module.to_string() for module in self.xla_executable.hlo_modules())
             moved, ops = hlo_moved_bytes(hlo, len(self._local_devices))
             counter.moved += moved
@@ -415,6 +421,7 @@ class CollectiveBytes:
                 and sharding is not None
                 and sharding != device
                 and math.prod(x.shape)
+                and _counting()
             ):
                 moved = native_moved_bytes(x, device)
                 if moved is None:
@@ -432,9 +439,11 @@ class CollectiveBytes:
         pxla.ExecuteReplicated.__call__ = counted_execute
         jax.device_put = counted_device_put
         pjit._get_fastpath_data = lambda *a, **k: None
+        _COUNTERS.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _COUNTERS.remove(self)
         for owner, name, original in reversed(self._undo):
             setattr(owner, name, original)
         self._undo = []
