@@ -28,8 +28,11 @@ its host copy, which would favour the second ``device_put``): :data:`MEASURE_WAR
 rounds (compilation, fresh memory), then timed rounds in rotating order, each run waited for
 (``block_until_ready``): at least :data:`MEASURE_ROUNDS`, and more (up to :data:`MEASURE_MAX_ROUNDS`)
 while all runs so far took less than :data:`MEASURE_BUDGET_S`. It keeps the candidate with the least time (ties: the order above).
-The choice is cached (LRU, 256 pairs); the relayout then runs the chosen candidate, as every later
-call does. Every candidate returns the same bits, so the measurement never changes a result; it
+The winner is cached (LRU) per pair of shardings, dtype, rank and *size class* (the
+bit length of the array's byte count: sizes within a factor of two share a class), so a model's many
+tensors of one layout pair and similar size are measured once, not once per shape; a later array of
+that class runs the winner (where it is a candidate for it; else it is measured). The relayout then
+runs the chosen candidate, as every later call does. Every candidate returns the same bits, so the measurement never changes a result; it
 runs each candidate 5 to 12 times, once per pair, and its moves are not counted by
 ``CollectiveBytes`` (only the relayout's own). On a busy host a near tie may go either way; the
 minimum over several runs keeps a clear winner from losing to one disturbed run. Inside ``jax.jit`` nothing here runs (the driver
@@ -87,8 +90,10 @@ MEASURE_BUDGET_S = 2.0
 _ALIGN = 64  # bytes: a NumPy array aligned so is aliased, not copied, by device_put onto a CPU device
 
 _LOCK = threading.Lock()
-# (mode, source sharding, target sharding, shape, dtype) -> the chosen _Candidate
+# (mode, source sharding, target sharding, shape, dtype) -> the chosen _Candidate, built for that shape
 _CHOSEN: LRUCache[Any, Any] = LRUCache(256)
+# (mode, source sharding, target sharding, dtype, rank, size class) -> the measured winner's name
+_WINNERS: LRUCache[Any, str] = LRUCache(1024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +130,7 @@ def relayout_at_floor(
     with _LOCK:
         found = _CHOSEN.get(key)
     if found is None:
-        found = _choose(_candidates(driver, tensor, move, sharding), tensor, mode)
+        found = _choose_for(driver, tensor, move, sharding, mode)
         with _LOCK:
             _CHOSEN.put(key, found)
     chosen_move = cast("_Candidate", found)
@@ -138,6 +143,31 @@ def chosen(tensor: jax.Array, sharding: Any) -> str | None:
     with _LOCK:
         found = _CHOSEN.get((_mode(), tensor.sharding, sharding, tensor.shape, tensor.dtype))
     return None if found is None else cast("_Candidate", found).name
+
+
+def size_class(tensor: jax.Array) -> int:
+    """The bit length of ``tensor``'s byte count: arrays within a factor of two of each other share it."""
+    return int(math.prod(tensor.shape) * tensor.dtype.itemsize).bit_length()
+
+
+def _choose_for(
+    driver: _relayout.JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any, mode: str
+) -> _Candidate:
+    """The candidate for this shape: the size class's measured winner where it is a candidate here, else
+    :func:`_choose` among all (a measurement, whose winner the class then keeps)."""
+    candidates = _candidates(driver, tensor, move, sharding)
+    if mode != "measure" or len(candidates) == 1:
+        return _choose(candidates, tensor, mode)
+    klass = (mode, tensor.sharding, sharding, tensor.dtype, tensor.ndim, size_class(tensor))
+    with _LOCK:
+        name = _WINNERS.get(klass)
+    known = next((c for c in candidates if c.name == name), None)
+    if known is not None:
+        return known
+    found = _choose(candidates, tensor, mode)
+    with _LOCK:
+        _WINNERS.put(klass, found.name)
+    return found
 
 
 def _candidates(driver: _relayout.JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any) -> list[_Candidate]:

@@ -44,6 +44,7 @@ DTYPES = [n for n in ALL_DTYPES if n not in X64_DTYPES]
 def fresh_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no choice made (and measures with the real timer unless it says otherwise)."""
     monkeypatch.setattr(choice, "_CHOSEN", LRUCache(256))
+    monkeypatch.setattr(choice, "_WINNERS", LRUCache(1024))
     monkeypatch.delenv(choice.MODE_ENV, raising=False)
 
 
@@ -118,6 +119,7 @@ def test_the_least_measured_candidate_runs(driver: JaxDriver, monkeypatch: pytes
         ({"device_put": 1.0, "jit_reshard": 1.0, "collective": 1.0, "host_copy": 1.0}, "device_put"),  # a tie: order
     ):
         monkeypatch.setattr(choice, "_CHOSEN", LRUCache(256))
+        monkeypatch.setattr(choice, "_WINNERS", LRUCache(1024))
         timer = FakeTimer(costs)
         monkeypatch.setattr(choice, "_seconds", timer)
         tensor = lc.distribute_tensor(x, source, driver=driver)
@@ -154,7 +156,7 @@ def test_cheap_moves_are_measured_more_rounds(driver: JaxDriver, monkeypatch: py
     check_shards(out, x, target)
 
 
-def test_the_choice_is_cached_per_meshes_layouts_shape_and_dtype(
+def test_the_choice_is_cached_per_meshes_layouts_size_class_and_dtype(
     driver: JaxDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     timer = FakeTimer({"device_put": 2.0, "jit_reshard": 3.0, "collective": 4.0, "host_copy": 1.0})
@@ -172,7 +174,9 @@ def test_the_choice_is_cached_per_meshes_layouts_shape_and_dtype(
     assert relayout(rows, cols, (16, 16), "float32") > 0
     assert relayout(rows, cols, (16, 16), "float32") == 0  # the same pair, shape and dtype: cached
     assert relayout(rows, cols, (16, 16), "int32") > 0  # another dtype
-    assert relayout(rows, cols, (8, 16), "float32") > 0  # another shape
+    assert relayout(rows, cols, (8, 16), "float32") > 0  # another size class (half the bytes)
+    assert relayout(rows, cols, (24, 16), "float32") == 0  # another shape in (16, 16)'s size class: its winner
+    assert relayout(rows, cols, (32, 32), "float32") > 0  # four times the bytes: another size class
     assert relayout(rows, Layout([None, None], LINE), (16, 16), "float32") > 0  # another target layout
     assert relayout(Layout([None, None], LINE), cols, (16, 16), "float32") > 0  # another source layout
     flat_rows, flat_cols = Layout(["z", None], FLAT), Layout([None, "z"], FLAT)
