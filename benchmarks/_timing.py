@@ -65,7 +65,8 @@ def side_by_side(
     }
 
 
-def _malloc_trim() -> None:
+def malloc_trim() -> None:
+    """Hand glibc's free memory back to the kernel (``malloc_trim(0)``; a no-op without glibc)."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL(None).malloc_trim(0)
 
@@ -79,7 +80,7 @@ def peak_rss_growth(fn: Callable[[], Any]) -> int:
     """Peak resident memory while ``fn()`` runs (sampled from ``/proc/self/statm`` by a thread every
     millisecond) minus the resident memory before it, in bytes; ``fn``'s result is dropped after."""
     gc.collect()
-    _malloc_trim()  # freed memory glibc kept would otherwise serve fn's allocations without RSS growth
+    malloc_trim()  # freed memory glibc kept would otherwise serve fn's allocations without RSS growth
     peak, stop = [0], threading.Event()
 
     def sample() -> None:

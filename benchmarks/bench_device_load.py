@@ -7,7 +7,10 @@ tox env. One process, contenders **interleaved** (each round runs every contende
 starting contender rotating from round to round), warm page cache unless named ``cold`` (every
 file written back and dropped with ``posix_fadvise(DONTNEED)`` before each such contender).
 Statistic: the **minimum** over rounds; the medians are recorded beside them (the development
-machine is shared by several jobs: the medians move with their load).
+machine is shared by several jobs: the medians move with their load). glibc's free memory is
+handed back to the kernel before every run (``malloc_trim``), so no contender allocates from pages
+the previous one faulted and dropped; the minor page faults of each contender's fastest run are
+recorded (``minor_faults_at_min``).
 
 The state: ``--size-mib`` (default 1024) of float32 in 16 square tensors, saved by
 ``checkpoint.save`` rows over 8 devices, and the same arrays by ``safetensors.numpy.save_file``
@@ -44,6 +47,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -62,7 +66,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "drivers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import peak_rss_growth
+from _timing import malloc_trim, peak_rss_growth
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
@@ -324,9 +328,20 @@ def _orbax_restore(path: Path) -> Any:
 
 
 # -- the run ------------------------------------------------------------------------------------
-def _rounds(contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path] | None) -> dict[str, list[float]]:
+def _rounds(
+    contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path] | None
+) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """Seconds and minor page faults of every run of each contender, interleaved (see the module docstring).
+
+    Before each run, glibc's free memory is handed back to the kernel (``malloc_trim``): otherwise
+    the arrays the previous contender dropped serve the next one's allocations with pages already
+    faulted, so a contender that allocates (``np.fromfile`` keeping its arrays, a load of new
+    arrays) ran at the speed of a read into preallocated memory in some rounds and paid for 1 GiB of
+    fresh pages in others, by the luck of the order (the faults of each run are recorded beside).
+    """
     names = list(contenders)
     times: dict[str, list[float]] = {k: [] for k in names}
+    faults: dict[str, list[int]] = {k: [] for k in names}
     if cold is None:
         for fn in contenders.values():  # warm-up: the files in the page cache, code paths compiled
             fn()
@@ -336,11 +351,14 @@ def _rounds(contenders: dict[str, Callable[[], Any]], reps: int, cold: list[Path
             if cold is not None:
                 _evict(cold)
             gc.collect()
+            malloc_trim()
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             out = contenders[name]()
             times[name].append(time.perf_counter() - start)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
             del out
-    return times
+    return times, faults
 
 
 def _ratios(best: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict[str, float]:
@@ -366,7 +384,7 @@ def main() -> None:
         bounds = _bounds(s, device)
         ours, into = _ours(s)
         frameworks = _frameworks(s, device)
-        warm = _rounds({**bounds, **ours, **frameworks}, reps, None)
+        warm, warm_faults = _rounds({**bounds, **ours, **frameworks}, reps, None)
         cold_set = {
             "fromfile_kept_cold": bounds["fromfile_kept"],
             f"preadv_prealloc_t{t}_cold": bounds[f"preadv_prealloc_t{t}"],
@@ -374,7 +392,7 @@ def main() -> None:
             "load_new_rows_cold": ours["load_new_rows"],
             "into_cols_noverify_cold": ours["into_cols_noverify"],
         }
-        cold = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
+        cold, cold_faults = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
         rss = {
             "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
             "into_cols": peak_rss_growth(ours["into_cols"]),
@@ -387,7 +405,9 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     times = {**warm, **cold}
+    all_faults = {**warm_faults, **cold_faults}
     best = {k: min(v) for k, v in times.items()}
+    faults_at_min = {k: all_faults[k][v.index(min(v))] for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
     pre, crc = f"preadv_prealloc_t{t}", f"preadv_crc_prealloc_t{t}"
     targets = {  # name: (bound, contender, target, kind) -- "ge": bound/contender >= target; "le": contender/native <= target
@@ -442,6 +462,7 @@ def main() -> None:
         "seconds": {k: round(v, 4) for k, v in best.items()},
         "seconds_median": {k: round(v, 4) for k, v in median.items()},
         "GiB_per_s": {k: round(gib / v, 3) for k, v in best.items()},
+        "minor_faults_at_min": faults_at_min,
         "targets": rows,
         "peak_rss_growth_bytes": rss,
         "rss_budget_bytes": 64 << 20,
