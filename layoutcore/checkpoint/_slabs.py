@@ -9,10 +9,10 @@ pass the check with bytes other than the ones delivered.
 
 Measured alternatives (1 GiB rows -> columns with checksums, 2 shared cores, CPU seconds; the
 bound, ``preadv`` into preallocated memory + CRC-32C, 0.17-0.21): slabs of 1-2 MiB 0.21-0.25;
-256 KiB slabs 0.34 (a Python call per part per slab costs more than the cache saves); copying out
-of a ``mmap`` of the page cache instead of a read buffer 0.27 (the mapping's 4 KiB pages read
-slower than the kernel's copy, and a file changing between the checksum and the copy would go
-unseen).
+256 KiB slabs 0.34 (a Python call per part per slab cost more than the cache saved); copying out
+of a ``mmap`` of the page cache instead of a read buffer 0.27 (the checksum and the copy read the
+mapping slower than they read the buffer the kernel had just filled, why was not found; and a file
+changing between the checksum and the copy would go unseen).
 
 The helpers below (``preadv`` that resumes after short reads, the errors naming tensor and file)
 are shared with :mod:`._read_plan`.
