@@ -1,6 +1,6 @@
 """Loads onto the device a user trains on, against the host's own bounds, every loader in one run.
 
-    python benchmarks/bench_device_load.py [--quick] [--size-mib N] [--reps N] [--no-orbax] [--out PATH]
+    python benchmarks/bench_device_load.py [--quick] [--size-mib N] [--reps N] [--no-orbax] [--select interchange] [--out PATH]
 
 Run it in an environment with JAX, torch, safetensors and (optionally) Orbax: the ``checkpoint``
 tox env. One process, contenders **interleaved** (each round runs every contender once, the
@@ -32,10 +32,17 @@ memory (8 simulated CPU devices on every driver).
   pageable host memory), ``jax_device_put`` (from pageable NumPy).
 
 **Loaders**: ``checkpoint.load`` into new tensors (NumPy, JAX, torch) and ``into=`` existing
-ones (``verify`` on and off); ``safetensors.numpy.load_file`` (+ ``jax.device_put`` to the
-column sharding, + layoutcore's ``distribute_tensor`` onto torch DTensors), and layoutcore
-loading the same safetensors file under columns; ``safetensors.torch.load_file`` (onto the
-GPU where there is one); Orbax ``StandardCheckpointer.restore``.
+ones (``verify`` on and off). Safetensors: layoutcore loading the file under columns onto NumPy,
+JAX and torch, against ``safetensors.numpy.load_file`` plus the move onto the same layouts
+(``distribute_tensor`` onto NumPy, whose blocks are views of the arrays; ``jax.device_put`` to the
+column sharding; ``distribute_tensor`` onto torch DTensors) and against the bounds
+``st_preadv_fresh_tN`` (the file's tensors on the load's threads into new memory) and
+``st_fromfile_kept``; ``safetensors.torch.load_file`` (onto the GPU where there is one). Orbax:
+layoutcore loading onto JAX under the saved rows and under columns, and onto NumPy under columns,
+against ``StandardCheckpointer.restore`` under the saved shardings, with the column shardings as
+its target, and ``PyTreeCheckpointer.restore`` as NumPy arrays + ``distribute_tensor`` (NumPy).
+``--select interchange`` runs only the safetensors and Orbax targets' contenders (no cold rounds,
+no RSS) into ``bench_device_load.<device>.interchange.json``.
 
 Peak RSS growth during a load (``/proc/self/statm`` sampled by a thread) is recorded for the
 ``into=`` loads (target: <= 64 MiB) and, beyond the loaded bytes, for new tensors.
@@ -236,6 +243,7 @@ def _bounds(s: Setup, device: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     out["fromfile_kept"] = lambda: [np.fromfile(f, dtype=np.uint8) for f in shard_files]
     st_pieces = _pieces(s.st_plan.reads, s.st.parent)
     out[f"st_preadv_fresh_t{s.threads}"] = lambda: _preadv(st_pieces, s.threads, None, False)
+    out["st_fromfile_kept"] = lambda: np.fromfile(s.st, dtype=np.uint8)
     if device.get("torch_cuda"):
         out.update(_gpu_copies(total))
     return out
@@ -280,29 +288,13 @@ def _frameworks(s: Setup, device: dict[str, Any]) -> dict[str, Callable[[], Any]
     import safetensors.numpy as stn
 
     out["st_numpy_load_file"] = lambda: stn.load_file(str(s.st))
+    out["st_numpy_load_file+distribute_tensor_numpy"] = lambda: {  # components: views of load_file's arrays
+        k: lc.distribute_tensor(v, s.cols, driver="numpy") for k, v in stn.load_file(str(s.st)).items()
+    }
     if _has("jax"):
-        import jax
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        devices = jax.devices()[:8]
-        jmesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
-        cols = NamedSharding(jmesh, P(None, "x"))
-
-        def st_jax() -> Any:
-            arrays = stn.load_file(str(s.st))
-            return [a.block_until_ready() for a in (jax.device_put(v, cols) for v in arrays.values())]
-
-        def ours_jax(path: Path) -> Any:
-            out = checkpoint.load(path, s.cols_t, driver="jax")
-            return [a.block_until_ready() for a in out.values()]
-
-        out["st_numpy_load_file+device_put_cols"] = st_jax
-        out["st_load_jax_cols"] = lambda: ours_jax(s.st)
-        out["load_new_cols_jax"] = lambda: ours_jax(s.ckpt)
-        if s.orbax is not None:
-            out["orbax_restore"] = lambda: _orbax_restore(s.orbax)
-            out["orbax_load_jax_cols"] = lambda: ours_jax(s.orbax)  # type: ignore[arg-type]
+        out.update(_jax_contenders(s, stn))
+    if s.orbax is not None:
+        out.update(_orbax_contenders(s))
     if _has("torch"):
         import safetensors.torch as stt
 
@@ -319,12 +311,60 @@ def _frameworks(s: Setup, device: dict[str, Any]) -> dict[str, Callable[[], Any]
     return out
 
 
-def _orbax_restore(path: Path) -> Any:
+def _jax_ready(tree: Any) -> Any:
+    return [a.block_until_ready() for a in tree.values()]
+
+
+def _jax_contenders(s: Setup, stn: Any) -> dict[str, Callable[[], Any]]:
+    import jax
+
+    cols = _jax_sharding(s, (None, "x"))
+
+    def st_jax() -> Any:
+        arrays = stn.load_file(str(s.st))
+        return [a.block_until_ready() for a in (jax.device_put(v, cols) for v in arrays.values())]
+
+    return {
+        "st_numpy_load_file+device_put_cols": st_jax,
+        "st_load_jax_cols": lambda: _jax_ready(checkpoint.load(s.st, s.cols_t, driver="jax")),
+        "load_new_cols_jax": lambda: _jax_ready(checkpoint.load(s.ckpt, s.cols_t, driver="jax")),
+    }
+
+
+def _jax_sharding(s: Setup, spec: tuple[Any, ...]) -> Any:
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = jax.devices()[:8]
+    return NamedSharding(jax.make_mesh((len(devices),), ("x",), devices=devices), P(*spec))
+
+
+def _orbax_contenders(s: Setup) -> dict[str, Callable[[], Any]]:
+    """Orbax's own restores against layoutcore reading the same Orbax checkpoint, per destination:
+    JAX under the saved shardings (rows) and under columns (Orbax restores with those target
+    shardings), NumPy under columns (Orbax restores NumPy arrays, then ``distribute_tensor``: views)."""
     import jax
     import orbax.checkpoint as ocp
 
-    tree = ocp.StandardCheckpointer().restore(path)
-    return jax.tree.map(lambda a: a.block_until_ready(), tree)
+    path = s.orbax
+    assert path is not None
+    cols = _jax_sharding(s, (None, "x"))
+    abstract = {k: jax.ShapeDtypeStruct(s.shape, np.float32, sharding=cols) for k in s.names}
+    as_numpy = {k: ocp.RestoreArgs(restore_type=np.ndarray) for k in s.names}
+
+    def restore_numpy() -> Any:
+        arrays = ocp.PyTreeCheckpointer().restore(path, restore_args=as_numpy)
+        return {k: lc.distribute_tensor(v, s.cols, driver="numpy") for k, v in arrays.items()}
+
+    return {
+        "orbax_restore": lambda: _jax_ready(ocp.StandardCheckpointer().restore(path)),
+        "orbax_load_jax_rows": lambda: _jax_ready(checkpoint.load(path, s.rows_t, driver="jax")),
+        "orbax_restore_cols": lambda: _jax_ready(ocp.StandardCheckpointer().restore(path, abstract)),
+        "orbax_load_jax_cols": lambda: _jax_ready(checkpoint.load(path, s.cols_t, driver="jax")),
+        "orbax_restore_numpy+distribute_tensor_numpy": restore_numpy,
+        "orbax_load_numpy_cols": lambda: checkpoint.load(path, s.cols_t, driver="numpy"),
+    }
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -361,56 +401,11 @@ def _rounds(
     return times, faults
 
 
-def _ratios(best: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict[str, float]:
-    """``bound / contender`` (throughput ratio) for every pair whose both sides ran."""
-    return {k: round(best[a] / best[b], 3) for k, (a, b) in pairs.items() if a in best and b in best}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="32 MiB, 2 rounds: a smoke run (ratios are not meaningful)")
-    ap.add_argument("--size-mib", type=int, default=None)
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--no-orbax", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    size = (args.size_mib or (32 if args.quick else 1024)) << 20
-    reps = args.reps or (2 if args.quick else 5)
-    device = _device()
-    root = Path(tempfile.mkdtemp(prefix="bench_device_load_", dir=os.environ.get("BENCH_DIR", "/tmp")))
-    try:
-        s = Setup(root, size, 16, orbax=not args.no_orbax and not args.quick)
-        t = s.threads
-        bounds = _bounds(s, device)
-        ours, into = _ours(s)
-        frameworks = _frameworks(s, device)
-        warm, warm_faults = _rounds({**bounds, **ours, **frameworks}, reps, None)
-        cold_set = {
-            "fromfile_kept_cold": bounds["fromfile_kept"],
-            f"preadv_prealloc_t{t}_cold": bounds[f"preadv_prealloc_t{t}"],
-            "load_new_cols_cold": ours["load_new_cols"],
-            "load_new_rows_cold": ours["load_new_rows"],
-            "into_cols_noverify_cold": ours["into_cols_noverify"],
-        }
-        cold, cold_faults = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
-        rss = {
-            "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
-            "into_cols": peak_rss_growth(ours["into_cols"]),
-            "into_rows": peak_rss_growth(ours["into_rows"]),
-            "load_new_cols_beyond_data": peak_rss_growth(ours["load_new_cols"]) - s.nbytes,
-        }
-        if "into_cols_torch" in frameworks:
-            rss["into_cols_torch"] = peak_rss_growth(frameworks["into_cols_torch"])
-        del into
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    times = {**warm, **cold}
-    all_faults = {**warm_faults, **cold_faults}
-    best = {k: min(v) for k, v in times.items()}
-    faults_at_min = {k: all_faults[k][v.index(min(v))] for k, v in times.items()}
-    median = {k: statistics.median(v) for k, v in times.items()}
-    pre, crc = f"preadv_prealloc_t{t}", f"preadv_crc_prealloc_t{t}"
-    targets = {  # name: (bound, contender, target, kind) -- "ge": bound/contender >= target; "le": contender/native <= target
+def _targets(t: int) -> dict[str, tuple[str, str, float, str]]:
+    """name: (bound or native, contender, target, kind) -- "ge": bound/contender >= target; "le":
+    contender/native <= target. ``t``: the load's reader threads."""
+    pre, crc, st_pre = f"preadv_prealloc_t{t}", f"preadv_crc_prealloc_t{t}", f"st_preadv_fresh_t{t}"
+    return {
         "into_rows_noverify_vs_preadv_prealloc": (pre, "into_rows_noverify", 0.9, "ge"),
         "into_cols_noverify_vs_preadv_prealloc": (pre, "into_cols_noverify", 0.9, "ge"),
         "into_rows_vs_preadv_crc_prealloc": (crc, "into_rows", 0.9, "ge"),
@@ -420,10 +415,30 @@ def main() -> None:
         "load_new_cols_vs_fromfile_kept": ("fromfile_kept", "load_new_cols", 0.8, "ge"),
         "load_new_rows_cold_vs_fromfile_kept_cold": ("fromfile_kept_cold", "load_new_rows_cold", 0.8, "ge"),
         "load_new_cols_cold_vs_fromfile_kept_cold": ("fromfile_kept_cold", "load_new_cols_cold", 0.8, "ge"),
-        "st_numpy_cols_vs_preadv_fresh": (f"st_preadv_fresh_t{t}", "st_load_numpy_cols", 0.8, "ge"),
-        "st_jax_cols_vs_preadv_fresh": (f"st_preadv_fresh_t{t}", "st_load_jax_cols", 0.8, "ge"),
-        "st_torch_cols_vs_preadv_fresh": (f"st_preadv_fresh_t{t}", "st_load_torch_cols", 0.8, "ge"),
-        "st_numpy_cols_over_load_file": ("st_numpy_load_file", "st_load_numpy_cols", 1.2, "le"),
+        **_interchange_targets(st_pre),
+    }
+
+
+#: The targets ``--select interchange`` runs: safetensors and Orbax read by layoutcore.
+INTERCHANGE_PREFIXES = ("st_", "orbax_")
+
+
+def _interchange_targets(st_pre: str) -> dict[str, tuple[str, str, float, str]]:
+    """The safetensors and Orbax targets. Each native contender is the native load plus the move onto
+    the same layouts: NumPy's ``distribute_tensor`` (views), ``jax.device_put``, torch ``distribute_tensor``;
+    Orbax restores with the target shardings (JAX) or as NumPy arrays, then ``distribute_tensor`` (NumPy)."""
+    out = {}
+    for drv in ("numpy", "jax", "torch"):
+        out[f"st_{drv}_cols_vs_preadv_fresh"] = (st_pre, f"st_load_{drv}_cols", 0.8, "ge")
+        out[f"st_{drv}_cols_vs_fromfile_kept"] = ("st_fromfile_kept", f"st_load_{drv}_cols", 0.8, "ge")
+    return {
+        **out,
+        "st_numpy_cols_over_load_file_distribute": (
+            "st_numpy_load_file+distribute_tensor_numpy",
+            "st_load_numpy_cols",
+            1.2,
+            "le",
+        ),
         "st_jax_cols_over_load_file_device_put": ("st_numpy_load_file+device_put_cols", "st_load_jax_cols", 1.2, "le"),
         "st_torch_cols_over_load_file_distribute": (
             "st_numpy_load_file+distribute_tensor_torch",
@@ -431,7 +446,21 @@ def main() -> None:
             1.2,
             "le",
         ),
+        "orbax_jax_rows_over_restore": ("orbax_restore", "orbax_load_jax_rows", 1.2, "le"),
+        "orbax_jax_cols_over_restore_cols": ("orbax_restore_cols", "orbax_load_jax_cols", 1.2, "le"),
+        "orbax_numpy_cols_over_restore_distribute": (
+            "orbax_restore_numpy+distribute_tensor_numpy",
+            "orbax_load_numpy_cols",
+            1.2,
+            "le",
+        ),
     }
+
+
+def _target_rows(
+    targets: dict[str, tuple[str, str, float, str]], best: dict[str, float], median: dict[str, float]
+) -> dict[str, dict[str, Any]]:
+    """Each target whose both sides ran: the ratio of minima, of medians, and whether it is met."""
     rows = {}
     for key, (a, b, target, kind) in targets.items():
         if a not in best or b not in best:
@@ -448,29 +477,102 @@ def main() -> None:
             "kind": kind,
             "met": met,
         }
+    return rows
+
+
+def _selected(contenders: dict[str, Callable[[], Any]], t: int) -> dict[str, Callable[[], Any]]:
+    """The contenders of the interchange targets (``--select interchange``)."""
+    names = {
+        name for key, (a, b, _, _) in _targets(t).items() if key.startswith(INTERCHANGE_PREFIXES) for name in (a, b)
+    }
+    return {k: v for k, v in contenders.items() if k in names}
+
+
+def _measure(
+    s: Setup, device: dict[str, Any], reps: int, select: str | None
+) -> tuple[dict[str, list[float]], dict[str, list[int]], Any]:
+    """Every contender's times and minor faults (warm, then cold), and the peak RSS growths (``None``
+    with ``select``)."""
+    t = s.threads
+    bounds = _bounds(s, device)
+    ours, into = _ours(s)
+    frameworks = _frameworks(s, device)
+    contenders = {**bounds, **ours, **frameworks}
+    if select is not None:
+        return (*_rounds(_selected(contenders, t), reps, None), None)
+    warm, warm_faults = _rounds(contenders, reps, None)
+    cold_set = {
+        "fromfile_kept_cold": bounds["fromfile_kept"],
+        f"preadv_prealloc_t{t}_cold": bounds[f"preadv_prealloc_t{t}"],
+        "load_new_cols_cold": ours["load_new_cols"],
+        "load_new_rows_cold": ours["load_new_rows"],
+        "into_cols_noverify_cold": ours["into_cols_noverify"],
+    }
+    cold, cold_faults = _rounds(cold_set, max(2, reps - 2), [s.ckpt])
+    rss = {
+        "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
+        "into_cols": peak_rss_growth(ours["into_cols"]),
+        "into_rows": peak_rss_growth(ours["into_rows"]),
+        "load_new_cols_beyond_data": peak_rss_growth(ours["load_new_cols"]) - s.nbytes,
+    }
+    if "into_cols_torch" in frameworks:
+        rss["into_cols_torch"] = peak_rss_growth(frameworks["into_cols_torch"])
+    del into
+    return {**warm, **cold}, {**warm_faults, **cold_faults}, rss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="32 MiB, 2 rounds: a smoke run (ratios are not meaningful)")
+    ap.add_argument("--size-mib", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--no-orbax", action="store_true")
+    ap.add_argument(
+        "--select",
+        choices=["interchange"],
+        default=None,
+        help="only the safetensors and Orbax targets' contenders (warm; no cold rounds, no RSS); "
+        "results in bench_device_load.<device>.interchange.json",
+    )
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    size = (args.size_mib or (32 if args.quick else 1024)) << 20
+    reps = args.reps or (2 if args.quick else 5)
+    device = _device()
+    root = Path(tempfile.mkdtemp(prefix="bench_device_load_", dir=os.environ.get("BENCH_DIR", "/tmp")))
+    try:
+        s = Setup(root, size, 16, orbax=not args.no_orbax and not args.quick)
+        times, faults, rss = _measure(s, device, reps, args.select)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    t = s.threads
+    best = {k: min(v) for k, v in times.items()}
+    median = {k: statistics.median(v) for k, v in times.items()}
+    faults_at_min = {k: faults[k][v.index(min(v))] for k, v in times.items()}
     gib = s.nbytes / 2**30
     result = {
         "benchmark": "bench_device_load",
         "statistic": "minimum",
         "quick": args.quick,
+        "select": args.select,
         "device": device,
         "load_average": os.getloadavg()[0],
         "state_bytes": s.nbytes,
         "tensors": len(s.names),
         "load_threads": t,
-        "rounds": {"warm": reps, "cold": max(2, reps - 2)},
+        "rounds": {"warm": reps, "cold": 0 if args.select else max(2, reps - 2)},
         "seconds": {k: round(v, 4) for k, v in best.items()},
         "seconds_median": {k: round(v, 4) for k, v in median.items()},
         "GiB_per_s": {k: round(gib / v, 3) for k, v in best.items()},
         "minor_faults_at_min": faults_at_min,
-        "targets": rows,
-        "peak_rss_growth_bytes": rss,
-        "rss_budget_bytes": 64 << 20,
+        "targets": _target_rows(_targets(t), best, median),
     }
+    if rss is not None:
+        result.update(peak_rss_growth_bytes=rss, rss_budget_bytes=64 << 20)
     text = json.dumps(result, indent=1)
     print(text)
-    name = f"bench_device_load.{device['kind']}" + (".quick" if args.quick else "") + ".json"
-    out = Path(args.out) if args.out else RESULTS / name
+    suffix = (".quick" if args.quick else "") + (f".{args.select}" if args.select else "")
+    out = Path(args.out) if args.out else RESULTS / f"bench_device_load.{device['kind']}{suffix}.json"
     out.write_text(text + "\n")
 
 

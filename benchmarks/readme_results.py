@@ -176,6 +176,28 @@ def _tf_step(size: str) -> Callable[[Data], Cell]:
     return cell
 
 
+def _transfer_tf(side: str, name: str, *, targeted: bool) -> Callable[[Data], Cell]:
+    def cell(d: Data) -> Cell:
+        r = d[side][name]
+        text = f"{_ratio(r['memcpy_ratio'])} (median {_ratio(r['memcpy_ratio_median'])}; {_time(r['min_s'])})"
+        return text, (r["memcpy_ratio"] < d["target_memcpy_ratio"]) if targeted else None
+
+    return cell
+
+
+_TRANSFER_TF_ROWS = (  # (side, row label, contender in the result file, whether it has the target)
+    ("sender", "sender: components read through DLPack / `memcpy`", "sender_local (DLPack views)", True),
+    ("sender", "sender: `.numpy()` per component (before) / `memcpy`", ".numpy() per component (before)", False),
+    ("receiver", "receiver: DTensor from aligned blocks / `memcpy`", "pack_owned, aligned blocks", True),
+    (
+        "receiver",
+        "receiver: DTensor from blocks 16 B off (before) / `memcpy`",
+        "pack_owned, blocks 16 B off (before)",
+        False,
+    ),
+)
+
+
 def _torch(size: str, ours: str, torch: str) -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = _find(d["rows"], size=size, ours=ours, torch=torch)
@@ -369,13 +391,14 @@ _TRANSFER_SYNCS = (
 )
 
 
-def _transfer_sync(key: str, ratio: str, target: float) -> Callable[[Data], Cell]:
+def _transfer_sync(key: str, ratio: str, target: float | None, shown: str = "sync") -> Callable[[Data], Cell]:
     def cell(d: Data) -> Cell:
         r = d["sync"][key]
         seconds = r["seconds_min"]
+        median = f"median {_ratio(r[ratio + ' (median)'])}; " if ratio + " (median)" in r else ""
         return (
-            f"{_ratio(r[ratio])} (median {_ratio(r[ratio + ' (median)'])}; sync {_time(seconds['sync'])})",
-            r[ratio] >= target,
+            f"{_ratio(r[ratio])} ({median}{shown} {_time(seconds[shown])})",
+            None if target is None else r[ratio] >= target,
         )
 
     return cell
@@ -405,14 +428,32 @@ _DEVICE_LOAD_ROWS = (
     ("load_new_cols_vs_fromfile_kept", "`load` new arrays, rows → columns, warm / `np.fromfile`, arrays kept"),
     ("load_new_rows_cold_vs_fromfile_kept_cold", "`load` new arrays, saved layout, cold / `np.fromfile`, cold"),
     ("load_new_cols_cold_vs_fromfile_kept_cold", "`load` new arrays, rows → columns, cold / `np.fromfile`, cold"),
+)
+#: The safetensors and Orbax targets (``bench_device_load.py --select interchange``, and full runs).
+_INTERCHANGE_ROWS = (
     ("st_numpy_cols_vs_preadv_fresh", "safetensors → NumPy, columns / `preadv` into new memory"),
     ("st_jax_cols_vs_preadv_fresh", "safetensors → JAX, columns / `preadv` into new memory"),
     ("st_torch_cols_vs_preadv_fresh", "safetensors → torch, columns / `preadv` into new memory"),
-    ("st_numpy_cols_over_load_file", "safetensors → NumPy, columns: time / `safetensors.numpy.load_file`"),
+    ("st_numpy_cols_vs_fromfile_kept", "safetensors → NumPy, columns / `np.fromfile` of the file"),
+    ("st_jax_cols_vs_fromfile_kept", "safetensors → JAX, columns / `np.fromfile` of the file"),
+    ("st_torch_cols_vs_fromfile_kept", "safetensors → torch, columns / `np.fromfile` of the file"),
+    (
+        "st_numpy_cols_over_load_file_distribute",
+        "safetensors → NumPy, columns: time / `load_file` + `distribute_tensor` (NumPy: views)",
+    ),
     ("st_jax_cols_over_load_file_device_put", "safetensors → JAX, columns: time / `load_file` + `jax.device_put`"),
     (
         "st_torch_cols_over_load_file_distribute",
         "safetensors → torch, columns: time / `load_file` + `distribute_tensor`",
+    ),
+    ("orbax_jax_rows_over_restore", "Orbax → JAX, saved layout: time / `StandardCheckpointer.restore`"),
+    (
+        "orbax_jax_cols_over_restore_cols",
+        "Orbax → JAX, rows → columns: time / `restore` with the column shardings",
+    ),
+    (
+        "orbax_numpy_cols_over_restore_distribute",
+        "Orbax → NumPy, rows → columns: time / `restore` as NumPy + `distribute_tensor`",
     ),
 )
 
@@ -441,6 +482,15 @@ def _device_rss(d: Data) -> Cell:
     rss = d["peak_rss_growth_bytes"]
     worst = max(v for k, v in rss.items() if k.startswith("into"))
     return f"{worst / 2**20:.1f} MiB", worst <= d["rss_budget_bytes"]
+
+
+def _interchange_bounds(d: Data) -> Cell:
+    g = d["GiB_per_s"]
+    t = d["load_threads"]
+    fresh, whole = g.get(f"st_preadv_fresh_t{t}"), g.get("st_fromfile_kept")
+    if fresh is None or whole is None:
+        return "not run", None
+    return f"{fresh:.2f} GiB/s ({t} threads) / {whole:.2f} GiB/s", None
 
 
 def _device_bound(d: Data) -> Cell:
@@ -643,6 +693,14 @@ TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
+        "bench_transfer_tf",
+        (("bench_transfer_tf.json", "one TF process"),),
+        tuple(
+            Row(label, "< 0.1x" if targeted else "reported", _transfer_tf(side, key, targeted=targeted))
+            for side, label, key, targeted in _TRANSFER_TF_ROWS
+        ),
+    ),
+    Table(
         "bench_torch",
         (("bench_torch.json", "CPU time"), ("bench_torch.wall.json", "wall time")),
         tuple(
@@ -684,6 +742,17 @@ TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
+        "bench_device_load.interchange",
+        (
+            ("bench_device_load.host.interchange.json", "host memory, `--select interchange`"),
+            ("bench_device_load.host.json", "host memory, full run"),
+        ),
+        (
+            Row("safetensors file: `preadv` into new memory / `np.fromfile`", "the bounds", _interchange_bounds),
+            *(Row(label, _device_target_words(key), _device_target(key)) for key, label in _INTERCHANGE_ROWS),
+        ),
+    ),
+    Table(
         "bench_mesh_scale",
         (("bench_mesh_scale.json", "CPU time"), ("bench_mesh_scale.wall.json", "wall time")),
         (
@@ -710,6 +779,14 @@ TABLES: tuple[Table, ...] = (
             ),
             *(
                 Row(f"{key}: gather + broadcast / sync", "≥ 2x", _transfer_sync(key, "gather+broadcast/sync", 2.0))
+                for key in _TRANSFER_SYNCS
+            ),
+            *(
+                Row(
+                    f"{key}: raw / (`np.copyto` pack + raw), the copy alone",
+                    "reported",
+                    _transfer_sync(key, "raw/(pack + raw)", None, "pack + raw"),
+                )
                 for key in _TRANSFER_SYNCS
             ),
         ),

@@ -12,22 +12,34 @@ from typing import Any
 
 from ._errors import LayoutError
 
-__all__ = ["flatten_with_paths", "map_leaves"]
+__all__ = ["flatten_with_paths", "is_namedtuple", "keyed_children", "map_leaves"]
 
 
-def _is_namedtuple(node: object) -> bool:
+def is_namedtuple(node: object) -> bool:
+    """Whether ``node`` is a namedtuple (a tuple whose type has ``_fields``)."""
     return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
 
-def _children(node: Any) -> list[tuple[str, Any]] | None:
-    """``(key, child)`` pairs of a container node, or ``None`` for a leaf."""
+def keyed_children(node: Any) -> list[tuple[Any, Any]] | None:
+    """``(key, child)`` pairs of a container node with the keys as they are (a mapping's own keys,
+    list indices as ints, namedtuple field names), or ``None`` for a leaf.
+
+    The one definition of what a tree node is, shared by path flattening here and by the
+    checkpoint's structure record (``layoutcore.checkpoint._tree``), which keeps key types.
+    """
     if isinstance(node, Mapping):
-        return [(str(k), v) for k, v in node.items()]
-    if _is_namedtuple(node):
+        return list(node.items())
+    if is_namedtuple(node):
         return list(zip(type(node)._fields, node, strict=True))
     if isinstance(node, (list, tuple)):
-        return [(str(i), v) for i, v in enumerate(node)]
+        return list(enumerate(node))
     return None
+
+
+def _children(node: Any) -> list[tuple[str, Any]] | None:
+    """``(key, child)`` pairs of a container node with keys as path components, or ``None`` for a leaf."""
+    pairs = keyed_children(node)
+    return None if pairs is None else [(str(k), v) for k, v in pairs]
 
 
 def _rebuild(node: Any, values: list[Any]) -> Any:
@@ -41,7 +53,7 @@ def _rebuild(node: Any, values: list[Any]) -> Any:
             return mapping_type(pairs)
         except Exception:  # a mapping type that takes other arguments: a plain dict holds the same items
             return pairs
-    if _is_namedtuple(node):
+    if is_namedtuple(node):
         return type(node)(*values)
     if isinstance(node, list):
         return list(values)

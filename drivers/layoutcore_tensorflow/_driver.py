@@ -15,6 +15,7 @@ from layoutcore.driver import ML_DTYPES, Capability, Driver, Limitation, LRUCach
 
 from ._barrier import DTensorBarrier, all_gather_check
 from ._convert import HELD_DTYPES, from_tensorflow_layout, native_layout, refusing_unheld
+from ._dlpack import dlpack_view
 from ._graph import graph_layout_string
 from ._runtime import configure_cpu_devices, global_device_names, leave_layoutcore_to_python, tf_modules
 
@@ -642,7 +643,17 @@ class TensorFlowDriver(Driver):
         return ProcessGroup(int(self._dtensor.client_id()), clients, barrier, self.name)
 
     def component_to_numpy(self, component: Any) -> np.ndarray:
-        """``component.numpy()`` for a TF tensor (``np.asarray`` fails on a rank-0 bfloat16 one)."""
+        """A read-only NumPy view of a CPU component's own memory (DLPack, no copy), else ``component.numpy()``.
+
+        ``.numpy()`` copies the buffer on every call (TF 2.21); DLPack shares it. NumPy has no DLPack
+        code for bfloat16 and float8, so those are shared through a same-width unsigned
+        ``tf.bitcast`` (which aliases the buffer) viewed back as the ml_dtypes type. Text, other
+        devices and any dtype DLPack refuses fall back to ``.numpy()`` (``np.asarray`` fails on a
+        rank-0 bfloat16 tensor).
+        """
+        view = dlpack_view(self._tf, self._eager_tensor, component)
+        if view is not None:
+            return view
         read = getattr(component, "numpy", None)
         return np.asarray(read() if callable(read) else component)
 

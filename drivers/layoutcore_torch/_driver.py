@@ -266,14 +266,24 @@ class TorchDriver(Driver):
         return self._from_local(shards, layout, global_shape, like)
 
     def native_staging_buffer(self, nbytes: int, tensor: Any) -> np.ndarray:
-        """Pinned host memory where ``tensor`` lives on a GPU, else plain host memory."""
-        on_gpu = any(local.device.type == "cuda" for local in self.native_unpack(tensor)[:1])
+        """Pinned host memory where ``tensor`` (a DTensor, or a plain tensor a save stages) lives on a GPU,
+        else plain host memory."""
+        locals_ = self.native_unpack(tensor)[:1] if self.is_distributed(tensor) else [tensor]
+        on_gpu = any(local.device.type == "cuda" for local in locals_)
         return _staged.staging_buffer(self._torch, nbytes, on_gpu)
 
     def native_write_rows(self, tensor: Any, index: int, rows: tuple[int, int], staged: np.ndarray) -> Any:
         """``copy_`` of the staged rows into local tensor ``index`` (asynchronous from pinned memory on a GPU)."""
         local = self.native_unpack(tensor)[index]
         return _staged.write_rows(self._torch, local, rows, staged)
+
+    def native_staged_save(self, component: Any) -> bool:
+        """A CUDA local tensor: a save streams it through pinned staging buffers (CPU ones are their own host copy)."""
+        return bool(component.device.type == "cuda")
+
+    def native_read_rows(self, component: Any, rows: tuple[int, int], staged: np.ndarray) -> Any:
+        """``copy_`` of rows of a local tensor into the staged buffer (asynchronous from a GPU into pinned memory)."""
+        return _staged.read_rows(self._torch, component, rows, staged)
 
     def native_relayout(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """``DTensor.redistribute`` where torch's plan moves the floor (it also reduces pending sums,

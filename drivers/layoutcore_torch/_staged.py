@@ -6,6 +6,9 @@
   pinned host memory (``torch.empty(..., pin_memory=True)``), and each staged band is copied with
   ``copy_(non_blocking=True)``; a CUDA event recorded after the copy is what the loader waits on
   before it reuses the buffer.
+* saves (the reverse): a CUDA local tensor is staged (``native_staged_save``), each band copied
+  into a pinned buffer with ``copy_(non_blocking=True)`` and a CUDA event the save waits on before
+  it checksums and writes the buffer; CPU tensors keep their zero-copy host copy.
 """
 
 from __future__ import annotations
@@ -45,6 +48,21 @@ def write_rows(torch: Any, local: Any, rows: tuple[int, int], staged: np.ndarray
     gpu = dst.device.type == "cuda"
     with torch.no_grad():
         dst.copy_(src, non_blocking=gpu)
+    if not gpu:
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event.synchronize  # type: ignore[no-any-return]
+
+
+def read_rows(torch: Any, local: Any, rows: tuple[int, int], staged: np.ndarray) -> Callable[[], None] | None:
+    """Copy rows ``rows`` of ``local`` into ``staged`` (its dtype and the rows' shape); from a GPU
+    asynchronously (returns the waiter: a CUDA event recorded after the copy)."""
+    src = local[rows[0] : rows[1]] if local.dim() else local
+    dst = _convert.from_numpy(staged.reshape(-1))  # 1-d: a 0-d array would be copied, not shared
+    gpu = src.device.type == "cuda"
+    with torch.no_grad():
+        dst.copy_(src.detach().reshape(-1), non_blocking=gpu)
     if not gpu:
         return None
     event = torch.cuda.Event()

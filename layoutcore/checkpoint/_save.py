@@ -35,6 +35,7 @@ from ._format import (
 )
 from ._meta import META, CheckpointInfo, _info_from_meta
 from ._progress import progress
+from ._save_stream import StagedBlock, reads_rows, save_staged, stages
 from ._threads import WriteQueue
 from ._tree import walk
 
@@ -52,6 +53,7 @@ class _Leaf:
     components: list[Any]  # local components, row-major over `positions`
     positions: list[int]
     driver: Any
+    tensor: Any = None  # the distributed tensor (a staged save's staging buffers are made for it)
 
 
 def _leaf(path: str, value: Any) -> _Leaf:
@@ -70,7 +72,7 @@ def _leaf(path: str, value: Any) -> _Leaf:
     spec = TensorSpec(shape, dtype_name(value.dtype), layout)
     devices = drv.bind_mesh(spec.mesh)
     positions = list(drv.local_positions(spec.mesh, devices))
-    return _Leaf(spec, False, drv.unpack(value), positions, drv)
+    return _Leaf(spec, False, drv.unpack(value), positions, drv, value)
 
 
 def _plain_leaf(path: str, value: Any) -> _Leaf:
@@ -80,6 +82,9 @@ def _plain_leaf(path: str, value: Any) -> _Leaf:
             path=path,
             tensor=path,
         )
+    staged = _device_plain_leaf(value)
+    if staged is not None:
+        return staged
     array = _host_array(value)
     try:
         name = dtype_name(array.dtype)
@@ -91,6 +96,22 @@ def _plain_leaf(path: str, value: Any) -> _Leaf:
         ) from exc
     spec = TensorSpec(array.shape, name, Layout.replicated(PLAIN_MESH, array.ndim))
     return _Leaf(spec, True, [array], [0], None)
+
+
+def _device_plain_leaf(value: Any) -> _Leaf | None:
+    """A plain framework tensor in device memory that its driver copies to host by rows
+    (``native_staged_save``), kept as it is so the save streams it; else ``None``."""
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, list, tuple)):
+        return None
+    drv = framework_driver(value)
+    if drv is None or not reads_rows(drv) or not drv.native_staged_save(value):
+        return None
+    try:
+        name = dtype_name(value.dtype)
+    except LayoutError:
+        return None  # the host copy's path names the dtype in its error
+    shape = tuple(int(n) for n in value.shape)
+    return _Leaf(TensorSpec(shape, name, Layout.replicated(PLAIN_MESH, len(shape))), True, [value], [0], drv, value)
 
 
 def _host_array(value: Any) -> np.ndarray[Any, Any]:
@@ -285,10 +306,12 @@ def save(
     metadata. **Write**: every distinct block once, by the process holding its lowest-numbered
     replica, from that device's local component, copied to host by the driver's host-copy hook
     (on the calling thread) and written on ``LAYOUTCORE_CHECKPOINT_THREADS`` threads into a hidden
-    sibling directory ``.NAME.tmp-*``; nothing is gathered. **Commit**: in a multi-process run
-    (the driver's process group: ``jax.distributed``, a torch process group, DTensor clients)
-    every process calls ``save`` and the commit follows a barrier; process 0 writes the metadata
-    last and commits, and every process returns after a second barrier.
+    sibling directory ``.NAME.tmp-*``; nothing is gathered. A block in device memory (torch CUDA)
+    is instead streamed band by band through a small reused (pinned) staging ring, its copies
+    overlapping the checksums and writes (``layoutcore/checkpoint/_save_stream.py``). **Commit**:
+    in a multi-process run (the driver's process group: ``jax.distributed``, a torch process
+    group, DTensor clients) every process calls ``save`` and the commit follows a barrier; process
+    0 writes the metadata last and commits, and every process returns after a second barrier.
 
     The commit is atomic: a reader, or a save killed at any point, sees the complete old
     checkpoint or the complete new one. A new ``path`` appears by one ``rename``. An existing one
@@ -299,8 +322,11 @@ def save(
     removed by the next save where their process is gone, or named in a ``RuntimeWarning``.
 
     Raises:
-        CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, or a
-            peer process died or hung at a barrier (nothing committed).
+        CheckpointError: ``path`` exists and ``overwrite`` is false, a leaf is not an array, a
+            driver failed to copy rows of a staged device block (naming the tensor and its shard
+            file) or copied a block to host as another dtype, or a peer process died or hung at a
+            barrier (nothing committed).
+        OSError: a shard file could not be written (nothing committed).
         ConfigurationError: ``LAYOUTCORE_CHECKPOINT_THREADS`` is not a positive integer, or (several
             processes) ``LAYOUTCORE_CHECKPOINT_BARRIER_TIMEOUT`` is not a positive number.
     """
@@ -312,7 +338,7 @@ def save(
     found: list[tuple[str, Any]] = []
     structure = walk(tree, found)
     leaves = [(p, _leaf(p, v)) for p, v in found]
-    engine = engine_for(next((lf.driver for _, lf in leaves if lf.driver is not None), None))
+    engine = engine_for(next((lf.driver for _, lf in leaves if lf.driver is not None and not lf.plain), None))
     plan = plan_save(leaves, structure, read_layouts, engine.rank)
     tmp = _start(target, engine)
     writers = WriteQueue(checkpoint_threads(), "layoutcore-save")
@@ -353,15 +379,24 @@ def _write(
     plan: SavePlan, leaves: Sequence[tuple[str, _Leaf]], tmp: str, rank: int, writers: WriteQueue, target: str
 ) -> None:
     """Write this process's blocks (host copies on this thread, files on the writer threads) and, on
-    process 0, each array's ``zarr.json``; returns once every file is written."""
+    process 0, each array's ``zarr.json``; returns once every file is written.
+
+    A block in device memory the driver copies by rows (:func:`._save_stream.stages`) is streamed
+    through the staging ring after the others were handed to the writers; the others are copied to
+    host whole (``component_to_host``: their own memory on the CPU)."""
     by_leaf: dict[int, list[BlockWrite]] = {}
     for w in plan.writes:
         by_leaf.setdefault(w.leaf, []).append(w)
     advance = writers.enter(progress("saving", plan.meta["total_bytes"]))
+    staged: list[StagedBlock] = []
     for i, (path, leaf) in enumerate(leaves):
         storage = plan.storages[i]
         for w in by_leaf.get(i, ()):
-            block = _host_component(target, path, leaf, leaf.components[w.component])  # on this thread: drivers
+            component = leaf.components[w.component]
+            if leaf.driver is not None and stages(leaf.driver, component, storage, w.index):  # on this thread: drivers
+                staged.append(StagedBlock(path, leaf.driver, leaf.tensor, component, storage, w.index))
+                continue
+            block = _host_component(target, path, leaf, component)
             writers.submit(block.nbytes, _write_block, writers, tmp, storage, w.index, block)
         if rank == 0:
             node_dir = os.path.join(tmp, storage.node)
@@ -369,6 +404,7 @@ def _write(
             attrs = {"layoutcore": {"dtype": leaf.spec.dtype, "path": path, "spec": leaf.spec.to_dict()}}
             write_json(os.path.join(node_dir, "zarr.json"), storage.zarr_metadata(attrs))
         advance(leaf.spec.nbytes)
+    save_staged(staged, tmp, writers.pool, target)
     writers.wait()
 
 

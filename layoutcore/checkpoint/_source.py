@@ -29,6 +29,7 @@ from ._read_plan import Box, StoredTensor
 from ._reader import Readers
 from ._stream import IntoState, stream_into, stream_new
 from ._tree import rebuild, walk
+from ._whole import whole_tensor_reads
 
 __all__ = ["ReadPlan", "Source"]
 
@@ -68,6 +69,9 @@ class Source:
     """
 
     format: str = ""
+    #: Whether a load of new tensors for a driver whose tensors are views of one array (NumPy)
+    #: reads each tensor whose local blocks tile it as one array (:mod:`._whole`).
+    whole_reads: bool = False
 
     def __init__(self, path: str, specs: dict[str, TensorSpec], *, metadata_bytes: int = 0) -> None:
         self.path = path
@@ -253,9 +257,12 @@ class Source:
         with gc_paused():
             plans = plan(self, target, _positions_per_mesh(None, drv), driver=drv)
         _check_driver(drv, plans)
+        pack: Callable[[Any, TensorLoad, list[np.ndarray[Any, Any]]], Any] = _pack_loaded
+        if self.whole_reads:
+            plans, pack = whole_tensor_reads(plans, drv, pack)
         with Readers(self, verify, checkpoint_threads()) as readers:
             advance = readers.enter(progress("loading", sum(tl.geometry.read_bytes for tl in plans)))
-            stream_new(readers, plans, drv, results, advance, _pack_loaded)
+            stream_new(readers, plans, drv, results, advance, pack)
         return self._rebuild(results)
 
     def _load_into(self, into: Any, verify: bool) -> Any:

@@ -10,28 +10,16 @@ import collections
 from collections.abc import Mapping
 from typing import Any
 
+from .._paths import is_namedtuple, keyed_children
+
 __all__ = ["rebuild", "walk"]
-
-
-def _is_namedtuple(node: object) -> bool:
-    return isinstance(node, tuple) and hasattr(type(node), "_fields")
-
-
-def _children(node: Any) -> list[tuple[Any, Any]] | None:
-    if isinstance(node, Mapping):
-        return list(node.items())
-    if _is_namedtuple(node):
-        return list(zip(type(node)._fields, node, strict=True))
-    if isinstance(node, (list, tuple)):
-        return list(enumerate(node))
-    return None
 
 
 def walk(tree: Any, leaves: list[tuple[str, Any]], path: str = "") -> Any:
     """The tree's structure as JSON, appending ``(path, leaf)`` for every non-None leaf."""
     if tree is None:
         return {"t": "none"}
-    children = _children(tree)
+    children = keyed_children(tree)
     if children is None:
         leaves.append((path, tree))
         return {"t": "leaf", "p": path}
@@ -39,7 +27,7 @@ def walk(tree: Any, leaves: list[tuple[str, Any]], path: str = "") -> Any:
     if isinstance(tree, Mapping):
         keys = [k if isinstance(k, (str, int)) and not isinstance(k, bool) else str(k) for k, _ in children]
         return {"t": "dict", "k": keys, "c": subs}
-    if _is_namedtuple(tree):
+    if is_namedtuple(tree):
         return {"t": "namedtuple", "n": type(tree).__name__, "f": list(type(tree)._fields), "c": subs}
     return {"t": "list" if isinstance(tree, list) else "tuple", "c": subs}
 

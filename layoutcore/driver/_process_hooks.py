@@ -47,6 +47,8 @@ class ProcessHooks:
 
         torch: ``detach().cpu()`` and ``numpy()`` of a same-width ``uint8``/``int16`` view;
         TF: ``numpy()``; JAX, NumPy: ``np.asarray``.
+        A save skips it for a component the driver stages (``native_staged_save``: torch CUDA
+        tensors), which it copies by rows into a reused staging ring (``native_read_rows``).
 
         Raises:
             Nothing for a component of this driver's tensors or a plain tensor of its framework.

@@ -3,8 +3,11 @@
 Both go through the core's fill step (:mod:`layoutcore.driver._fill`, shared with
 ``checkpoint.load``): ``fill_target`` inspects an existing tensor (driver, layout, shape, dtype,
 local positions; no data), ``fill`` writes handed-over host blocks into it (in place where the
-framework's tensors are mutable, else a replacement with the same layout: JAX), and
-``pack_owned`` makes a new tensor over handed-over blocks without a snapshot copy.
+framework's tensors are mutable (TF variables are assigned), else a replacement with the same
+layout: JAX arrays, TF DTensors), and ``pack_owned`` makes a new tensor over handed-over blocks
+without a snapshot copy. Receive blocks are 64-byte aligned so that TensorFlow adopts them as
+they are (it copies a less aligned buffer); a layout or dtype the receiving driver cannot hold is
+refused when the blocks are made, before any byte moves.
 
 One shortcut on top, because a transfer writes each received byte once: where an existing
 tensor's local components expose their own memory as writable NumPy arrays (torch CPU tensors,
@@ -28,18 +31,43 @@ from ._local import Local, _bound, distributed
 __all__ = ["fresh_local", "into_local"]
 
 
+#: Receive blocks start at a multiple of this many bytes: TensorFlow (EIGEN_MAX_ALIGN_BYTES) adopts a
+#: C-contiguous NumPy buffer so aligned without copying it, and copies any other (measured, TF 2.21).
+ALIGN_BYTES = 64
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts at a multiple of :data:`ALIGN_BYTES`."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN_BYTES, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN_BYTES
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def _blocks(spec: TensorSpec, positions: list[int]) -> tuple[list[Any], list[np.ndarray]]:
-    """Boxes and fresh blocks for ``positions``: one array per distinct block, replicas the same object."""
+    """Boxes and fresh aligned blocks for ``positions``: one array per distinct block, replicas the same object."""
     all_boxes = spec.boxes()
     boxes = [all_boxes[p] for p in positions]
     made: dict[Any, np.ndarray] = {}
     dtype = numpy_dtype(spec.dtype)
-    return boxes, [made.setdefault(box, np.empty(box[1], dtype=dtype)) for box in boxes]
+    for box in boxes:
+        if box not in made:
+            made[box] = aligned_empty(box[1], dtype)
+    return boxes, [made[box] for box in boxes]
 
 
 def fresh_local(path: str, spec: TensorSpec, drv: Any) -> Local:
-    """Blocks for a new tensor of ``spec`` under ``drv``; ``finish`` hands them to ``pack_owned`` (no copy)."""
+    """Blocks for a new tensor of ``spec`` under ``drv``; ``finish`` hands them to ``pack_owned`` (no copy).
+
+    Raises:
+        TransferError: ``drv`` cannot hold ``spec``'s layout or dtype (naming ``path``), before any byte moves.
+    """
     user = spec.layout  # the result carries the layout as the caller wrote it (maybe on an abstract mesh)
+    try:
+        drv.check_layout(user, spec.shape)
+        drv._held_dtype(np.empty((0,), numpy_dtype(spec.dtype)), f"receiver path {path!r}")
+    except LayoutcoreError as exc:
+        raise TransferError(f"transfer: receiver path {path!r}: {exc}", paths=(path,)) from exc
     layout, positions = _bound(drv, user)
     spec = TensorSpec(spec.shape, spec.dtype, layout)
     boxes, blocks = _blocks(spec, positions)
@@ -49,10 +77,13 @@ def fresh_local(path: str, spec: TensorSpec, drv: Any) -> Local:
 def into_local(path: str, value: Any) -> Local:
     """Writable NumPy arrays over ``value``'s local blocks, and ``finish`` giving the filled tensor.
 
+    ``value`` goes to ``fill_target`` as given: a ``layoutcore.Variable`` is assigned by ``fill`` (the
+    same object, holding the new value), never replaced by a bare tensor while it keeps the old one.
+
     Raises:
         TransferError: ``value`` is not a distributed tensor of an installed driver.
     """
-    value, _ = distributed(path, value, "into")
+    distributed(path, value, "into")
     try:
         target = fill_target(path, value)
     except LayoutcoreError as exc:

@@ -6,13 +6,16 @@ A sync, on every rank of the link:
    device -> rank maps; then the receivers' target specs (completed from the senders' shapes and
    dtypes where only a layout was given), device -> rank maps, and resolved ``rename``/``fuse``.
    Any rank's error (a bad leaf, a callable ``rename`` that raised) is in the payload, so every
-   rank raises the same :class:`~layoutcore.TransferError` before any tensor byte moves.
+   rank raises the same :class:`~layoutcore.TransferError` before any tensor byte moves. First,
+   one all-reduce of the link's last full exchange's fingerprint: when every rank's payloads are
+   those of that exchange, the all-gathers are skipped and its outcome reused.
 2. **Plan**: every rank calls :func:`~layoutcore.transfer.plan` on the same inputs, so every rank
    gets the same plan or the same error; equal inputs hit the plan cache.
 3. **Data**: this rank's buckets (:mod:`._schedule`) in rounds of ``batch_isend_irecv``
    (:mod:`._wire`); pieces a rank holds itself are copied locally.
-4. **Agreement**: a last all-gather of every rank's outcome, so that a rank whose peer died or
-   whose checksum failed makes every surviving rank raise.
+4. **Agreement**: a last all-reduce of every rank's failure flag (then, only when one is set, an
+   all-gather of what failed), so that a rank whose peer died or whose checksum failed makes every
+   surviving rank raise.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from .._errors import TransferError
 from .._layout import Layout
@@ -129,6 +130,7 @@ class Link:
         self._schedules: dict[Any, tuple[TransferPlan, _schedule.Schedule]] = {}
         self._specs: dict[str, TensorSpec] = {}  # JSON text -> spec, so a repeated sync parses nothing
         self._pool: dict[tuple[str, int, int], Any] = {}  # bucket buffers, kept between syncs
+        self._known: _Known | None = None  # the last full metadata exchange (every member holds the same one)
 
     @property
     def role(self) -> str:
@@ -223,8 +225,11 @@ class Link:
             failure, moved = exc, (0, 0, 0)
         if failure is not None and self._wire.broken:
             raise failure  # a peer died or hung: waiting for the others' outcomes could take another timeout
-        try:
-            outcomes = self._wire.all_gather(None if failure is None else (str(failure), failure.paths), "agreeing")
+        try:  # one all-reduce of a flag; only when a rank failed, an all-gather of what failed
+            outcomes: list[Any] = [None] * len(self._wire.members)
+            if self._wire.all_max([int(failure is not None)], "agreeing")[0]:
+                self._known = None
+                outcomes = self._wire.all_gather(None if failure is None else (str(failure), failure.paths), "agreeing")
         except TransferError as exc:
             raise TransferError(f"{exc}{ctx.partly_written()}", paths=exc.paths, rank=self.rank) from exc
         if failure is not None:
@@ -301,6 +306,43 @@ def _merge(members: tuple[int, ...], payloads: list[dict[str, Any]], key: str) -
     return out, clashes
 
 
+def _disagreement(
+    side: str, members: list[int], payloads: list[dict[str, Any]], specs: str, devices: str, clashes: list[str]
+) -> tuple[str, tuple[str, ...]]:
+    """Why ``side``'s ranks cannot be merged, and the paths concerned: specs they disagree on (``clashes``),
+    or devices that more than one of them names as its own (processes whose meshes are each of their own
+    devices, named alike: single-client TF, JAX without ``jax.distributed``, NumPy)."""
+    owners: dict[str, list[int]] = {}
+    for rank, payload in zip(members, payloads, strict=True):
+        for device in payload[devices]:
+            owners.setdefault(device, []).append(rank)
+    shared = {d: rs for d, rs in owners.items() if len(rs) > 1}
+    if not shared:
+        return f"{side} ranks disagree on the specs of {clashes[:20]}", tuple(clashes)
+    ranks = sorted({r for rs in shared.values() for r in rs})
+    paths = tuple(dict.fromkeys(p for r, q in zip(members, payloads, strict=True) if r in ranks for p in q[specs]))
+    return (
+        f"{side} ranks {ranks} each hold device(s) {sorted(shared)[:8]} of the tensors {list(paths[:20])}: a device "
+        "must belong to one process, and these processes name their own devices alike (each has a mesh of its own: "
+        "single-client TF, JAX without jax.distributed, NumPy); use one such process per side, or one mesh over "
+        "all of them (TF: layoutcore_tensorflow.initialize_multi_client)",
+        paths or tuple(clashes),
+    )
+
+
+_NO_TARGETS: dict[str, Any] = {"error": None, "targets": {}, "tdev": {}, "rename": None, "fuse": None}
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A link's last full metadata exchange: its fingerprint, this rank's two payloads, and the agreed state."""
+
+    token: int
+    first: dict[str, Any]
+    second: dict[str, Any]
+    state: tuple[Any, ...]
+
+
 class _Sync:
     """The state of one sync on one rank (see the module docstring for the steps)."""
 
@@ -326,7 +368,42 @@ class _Sync:
 
     # -- metadata ------------------------------------------------------------------------------
     def exchange(self) -> None:
+        """Agree on every rank's specs, device maps and ``rename``/``fuse``, or raise on every rank.
+
+        When this rank's payloads equal those of the link's last full exchange, it offers that exchange's
+        fingerprint in one all-reduce (two int64s); when every member offers the same one, nothing changed
+        anywhere and the last exchange's outcome is reused. Otherwise two all-gathers exchange the payloads.
+        """
         link, wire = self.link, self.wire
+        first = self._sender_payload()
+        known, token, second = link._known, 0, None
+        if known is not None:  # every rank has one or none (they change together): receivers make targets once
+            self._adopt(known)  # a receiver's payload is made from the senders' specs
+            second = self._receiver_part()
+            token = known.token if (first, second) == (known.first, known.second) else 0
+        top, low = wire.all_max([token, -token], "exchanging metadata fingerprints")
+        if known is not None and top == -low == known.token:  # every member offered the same fingerprint
+            return
+        link._known = None
+        firsts = wire.all_gather(first)
+        digest = wire.digest
+        _raise_any(wire.members, firsts, link.rank)
+        texts, clashes = _merge(wire.members, firsts, "sources")
+        self.sdev, dev_clashes = _merge(wire.members, firsts, "sdev")
+        self.sources = {path: link.spec(text) for path, text in texts.items()}
+        self.verify = any(p["verify"] for p in firsts)
+        if clashes or dev_clashes:  # every rank merged the same payloads: every rank raises the same error
+            message, paths = _disagreement("sender", list(wire.members), firsts, "sources", "sdev", clashes)
+            raise TransferError(f"transfer: {message}; nothing was sent", paths=paths, rank=link.rank)
+        if known is None or self.sources != known.state[0]:  # the same decision on every rank
+            second = self._receiver_part()
+        assert second is not None
+        self._agree(wire.all_gather(second))
+        link._known = _Known((digest ^ wire.digest << 1) & (2**62 - 1) | 1, first, second, self._state())
+
+    def _sender_payload(self) -> dict[str, Any]:
+        """This rank's first payload: its error (misuse, a bad leaf), its senders' specs and devices, ``verify``."""
+        link = self.link
         error: tuple[str, tuple[str, ...]] | None = None if self.misuse is None else (f"transfer: {self.misuse}", ())
         if error is None and self.link.role != "sender" and (self.target is None) == (self.into is None):
             error = (f"transfer: rank {link.rank}: receive needs exactly one of target= and into=", ())
@@ -342,24 +419,21 @@ class _Sync:
                     sdev.update({devices[p]: link.rank for p in local.positions})
             except Exception as exc:  # a layoutcore or framework error about this rank's tree
                 error = _error(exc)
-        first = wire.all_gather({"error": error, "sources": specs, "sdev": sdev, "verify": self.verify})
-        _raise_any(wire.members, first, link.rank)
-        texts, clashes = _merge(wire.members, first, "sources")
-        self.sdev, dev_clashes = _merge(wire.members, first, "sdev")
-        self.sources = {path: link.spec(text) for path, text in texts.items()}
-        self.verify = any(p["verify"] for p in first)
-        second: dict[str, Any] = {"error": None, "targets": {}, "tdev": {}, "rename": None, "fuse": None}
-        if clashes or dev_clashes:
-            second["error"] = (
-                f"sender ranks disagree on the specs of {clashes} or hold device(s) {dev_clashes} twice",
-                tuple(clashes),
-            )
-        elif link.rank in link.receivers:
+        return {"error": error, "sources": specs, "sdev": sdev, "verify": self.verify}
+
+    def _receiver_part(self) -> dict[str, Any]:
+        """This rank's second payload (its targets, from ``self.sources``), with its error if making them failed."""
+        second = dict(_NO_TARGETS)
+        if self.link.rank in self.link.receivers:
+            self.receivers, self.into_paths = {}, []
             try:
                 second.update(self._receiver_payload())
             except Exception as exc:
                 second["error"] = _error(exc)
-        payloads = wire.all_gather(second)
+        return second
+
+    def _agree(self, payloads: list[dict[str, Any]]) -> None:
+        link, wire = self.link, self.wire
         _raise_any(wire.members, payloads, link.rank)
         texts, clashes = _merge(wire.members, payloads, "targets")
         self.tdev, dev_clashes = _merge(wire.members, payloads, "tdev")
@@ -367,15 +441,23 @@ class _Sync:
             repr((p["rename"], p["fuse"])) for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers
         }
         if clashes or dev_clashes or len(agreed) > 1:
-            raise TransferError(
-                f"transfer: receiver ranks disagree on the targets {clashes}, on rename/fuse, or hold device(s) "
-                f"{dev_clashes} twice; nothing was sent",
-                paths=tuple(clashes),
-                rank=link.rank,
-            )
+            ranks = [r for r in wire.members if r in link.receivers]
+            theirs = [p for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers]
+            message, paths = _disagreement("receiver", ranks, theirs, "targets", "tdev", clashes)
+            if len(agreed) > 1:
+                message = "receiver ranks disagree on rename/fuse" + (f"; {message}" if clashes or dev_clashes else "")
+            raise TransferError(f"transfer: {message}; nothing was sent", paths=paths, rank=link.rank)
         chosen = next(p for r, p in zip(wire.members, payloads, strict=True) if r in link.receivers)
         self.targets = {path: link.spec(text) for path, text in texts.items()}
         self.resolved_rename, self.resolved_fuse = chosen["rename"], chosen["fuse"]
+
+    def _state(self) -> tuple[Any, ...]:
+        return (self.sources, self.sdev, self.verify, self.targets, self.tdev, self.resolved_rename, self.resolved_fuse)
+
+    def _adopt(self, known: _Known) -> None:
+        (self.sources, self.sdev, self.verify, self.targets, self.tdev, self.resolved_rename, self.resolved_fuse) = (
+            known.state
+        )
 
     def _receiver_payload(self) -> dict[str, Any]:
         rename = self._resolve_rename()
@@ -474,31 +556,22 @@ class _Sync:
         self.written = bool(sched.local) or bool(sched.recvs)
         _schedule.copy_local(sched.local, senders, receivers)
         clock["unpacking"] += time.perf_counter() - start
-        direct: dict[tuple[int, int], bool] = {}
+        buffer = functools.partial(_schedule.pool_buffer, self.link._pool)
+        rank = self.link.rank
 
-        buffer = functools.partial(_pool_buffer, self.link._pool)
+        def unpack(k: int, landed: list[tuple[int, Any, Any]]) -> None:
+            for p, buf, items in landed:
+                if items is not None:
+                    _schedule.unpack(items, buf, receivers, verify, p)
 
-        def packers(k: int) -> list[tuple[int, Callable[[], Any]]]:
-            return [
-                (p, functools.partial(_schedule.pack, b[k], senders, verify, buffer("send", p, k)))
-                for p, b in sched.sends.items()
-                if k < len(b)
-            ]
-
-        def receive_into(k: int) -> dict[int, Any]:
-            out = {}
-            for p, b in sched.recvs.items():
-                if k < len(b):
-                    out[p], direct[(k, p)] = _schedule.receive_buffer(b[k], receivers, verify, buffer("recv", p, k))
-            return out
-
-        def unpack(k: int, bufs: dict[int, Any]) -> None:
-            for p, buf in bufs.items():
-                if not direct.pop((k, p)):
-                    _schedule.unpack(sched.recvs[p][k], buf, receivers, verify, p)
-
-        self.wire.rounds(sched.rounds, packers, receive_into, unpack, clock)
-        return _schedule_bytes(sched, verify)
+        self.wire.rounds(
+            sched.rounds,
+            lambda k: _schedule.outgoing(sched.sends, k, senders, verify, buffer, rank),
+            lambda k: _schedule.incoming(sched.recvs, k, receivers, verify, buffer),
+            unpack,
+            clock,
+        )
+        return _schedule.schedule_bytes(sched, verify)
 
     def partly_written(self) -> str:
         if not self.into_paths:
@@ -522,27 +595,3 @@ class _Sync:
         from .._paths import map_leaves
 
         return map_leaves(self.target, lambda path, leaf: values.get(path, leaf), "/")
-
-
-def _pool_buffer(pool: dict[Any, Any], kind: str, peer: int, k: int) -> Callable[[int], Any]:
-    """A getter of a uint8 buffer of at least ``size`` bytes for round ``k`` with ``peer``, kept in ``pool``.
-
-    Two buffers per peer and direction (``kind``): round k is unpacked while round k + 1 is on the wire.
-    """
-
-    def get(size: int) -> Any:
-        key = (kind, peer, k % 2)
-        buf = pool.get(key)
-        if buf is None or buf.nbytes < size:
-            buf = pool[key] = np.empty(size, dtype=np.uint8)
-        return buf[:size]
-
-    return get
-
-
-def _schedule_bytes(sched: _schedule.Schedule, verify: bool) -> tuple[int, int, int]:
-    """Payload bytes ``sched`` sends and receives, and its checksum bytes (4 per bucket when ``verify``)."""
-    sent = sum(item[4] for b in sched.sends.values() for bucket in b for item in bucket)
-    received = sum(item[4] for b in sched.recvs.values() for bucket in b for item in bucket)
-    crc = 4 * sum(len(bucket) for b in (*sched.sends.values(), *sched.recvs.values()) for bucket in b) if verify else 0
-    return sent, received, crc

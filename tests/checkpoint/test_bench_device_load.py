@@ -32,6 +32,8 @@ def test_quick_run_writes_every_contender(tmp_path: Path) -> None:
     seconds = result["seconds"]
     for name in ("preadv_fresh_t1", "preadv_prealloc_t8", "fromfile_kept", "into_cols", "load_new_cols_cold"):
         assert seconds[name] > 0, name
-    assert {"into_cols_noverify_vs_preadv_prealloc", "st_numpy_cols_over_load_file"} <= set(result["targets"])
+    assert {"into_cols_noverify_vs_preadv_prealloc", "st_numpy_cols_over_load_file_distribute"} <= set(
+        result["targets"]
+    )
     for key in ("into_cols_noverify", "into_cols", "into_rows"):
         assert result["peak_rss_growth_bytes"][key] <= result["rss_budget_bytes"], key

@@ -1,6 +1,6 @@
 """Save on each of the four drivers, load on each of the four: 16 pairs, one process per framework.
 
-Each framework runs in its own subprocess (TF and torch cannot share one). The interpreter is
+Each framework runs in its own subprocess, as its users run it. The interpreter is
 this one where it has the framework (the tox ``checkpoint`` env installs all three), else the
 framework's own virtual environment named by ``LAYOUTCORE_<NAME>_PYTHON`` or found under
 ``/work/venvs``.

@@ -1,5 +1,6 @@
 """Scenario ``jax`` of _worker.py: torch senders 0 and 1 (rows on a 2-rank mesh), one JAX process (rank 2,
-4 CPU devices) receiving on a 2x2 mesh, then NumPy 2-axis uneven targets, then JAX ``into=``."""
+4 CPU devices) receiving on a 2x2 mesh, then NumPy 2-axis uneven targets, then JAX ``into=`` (arrays replaced,
+a ``layoutcore.Variable`` assigned)."""
 
 from __future__ import annotations
 
@@ -48,16 +49,18 @@ def run(w: Any) -> None:
     c["ok"] = {k: w.shards_ok(out[k], w.oracle(k, *UNEVEN[k]), NUMPY_TARGET[k], "numpy") for k in UNEVEN}
     w.RESULT["to_numpy"] = c
 
-    into = {
+    into: dict[str, Any] = {
         k: lc.distribute_tensor(np.zeros(s, w.oracle(k, s, d).dtype), JAX_TARGET[k], driver="jax")
         for k, (s, d) in SHAPES.items()
     }
-    shardings = {k: v.sharding for k, v in into.items()}
+    into["i32"] = lc.Variable(into["i32"], JAX_TARGET["i32"])  # assigned: the same object, holding the new value
+    shardings = {k: into[k].sharding for k in ("f32", "bf16")}
     c = w.counted(lambda: link.receive(into=into))
     out = c.pop("out")
     c["report"] = w.report(link)
-    c["ok"] = {k: w.shards_ok(out[k], w.oracle(k, *SHAPES[k]), JAX_TARGET[k], "jax") for k in SHAPES}
-    c["same_shardings"] = all(out[k].sharding == shardings[k] for k in SHAPES)
+    value = {"f32": out["f32"], "bf16": out["bf16"], "i32": into["i32"].value}
+    c["ok"] = {k: w.shards_ok(value[k], w.oracle(k, *SHAPES[k]), JAX_TARGET[k], "jax") for k in SHAPES}
+    c["same_shardings"] = all(out[k].sharding == shardings[k] for k in shardings) and out["i32"] is into["i32"]
     w.RESULT["jax_into"] = c
 
     into_np = {"u": lc.distribute_tensor(np.zeros((7, 5), np.float32), NUMPY_TARGET["u"], driver="numpy")}

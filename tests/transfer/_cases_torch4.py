@@ -50,6 +50,14 @@ def run(w: Any) -> None:
             c["ok"] = {k: w.shards_ok(c["out"][k], w.oracle(k, *SHAPES[k]), cols[k], "torch") for k in SHAPES}
         c.pop("out")
         w.RESULT[attempt] = c
+    # the senders send what they sent twice, the receivers want another layout: the link must not reuse its
+    # last exchange (it does when every rank's metadata is unchanged)
+    rows = {k: Layout(("x", None), T) for k in SHAPES}
+    c = sync(w, link, "rows_rows_receivers_changed", rows_tree, target=rows, driver="torch")
+    if rank >= 2:
+        c["ok"] = {k: w.shards_ok(c["out"][k], w.oracle(k, *SHAPES[k]), rows[k], "torch") for k in SHAPES}
+    c.pop("out")
+    w.RESULT["rows_rows_receivers_changed"] = c
 
     def replicas() -> dict[str, Any]:
         return {

@@ -3,7 +3,7 @@
 Usage: python _worker.py SCENARIO RANK WORLD PORT
 
 Every ``torch.distributed`` point-to-point call (``send``/``recv``/``isend``/``irecv``/
-``batch_isend_irecv``) and collective (``all_gather``) of this process is wrapped before the link
+``batch_isend_irecv``) and collective (``all_gather``, ``all_reduce``) of this process is wrapped before the link
 exists, and the wrappers count payload bytes: that count, not the library's report, is what the
 test compares with the plan's floor. Prints one line ``RESULT <json>``.
 """
@@ -27,6 +27,9 @@ if JAX_RANK:  # the JAX process: 4 CPU devices of its own, and torch CPU for the
     import jax
 
     jax.config.update("jax_num_cpu_devices", 4)
+TF_RANK = (scenario == "tf" and rank == 2) or (scenario == "tf_mc" and rank >= 2) or (scenario == "tf_twice" and rank)
+if TF_RANK:  # a TF process: logical CPUs of its own (tf_mc: initialize_multi_client sets them), torch for the wire
+    os.environ["LAYOUTCORE_CPU_DEVICES"] = "4"
 
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
@@ -78,6 +81,17 @@ def _all_gather_wrapper(outputs: list[Any], tensor: Any, *args: Any, **kwargs: A
 
 dist.all_gather = _all_gather_wrapper
 c10d.all_gather = _all_gather_wrapper
+_all_reduce = dist.all_reduce
+
+
+def _all_reduce_wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    # what a member learns from the others: their tensors (the link's fingerprint and outcome flags)
+    COUNT["metadata"] += _nbytes(tensor) * (dist.get_world_size(kwargs.get("group")) - 1)
+    return _all_reduce(tensor, *args, **kwargs)
+
+
+dist.all_reduce = _all_reduce_wrapper
+c10d.all_reduce = _all_reduce_wrapper
 
 dist.init_process_group(
     "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120)
@@ -106,7 +120,7 @@ def torch_groups(*rank_sets: list[int]) -> None:
     """torch's DeviceMesh over a subset of the world makes a process group, which every rank must
     create, in the same order: members through the driver, the others with ``dist.new_group``."""
     for ranks in rank_sets:
-        if rank in ranks and not JAX_RANK and not (scenario == "numpy" and rank == 0):
+        if rank in ranks and not JAX_RANK and not TF_RANK and not (scenario == "numpy" and rank == 0):
             lc.get_driver("torch").device_mesh(torch_mesh(ranks))
         else:
             dist.new_group(ranks)
@@ -168,6 +182,12 @@ def run_scenario() -> None:
         import _cases_jax as cases
     elif scenario == "numpy":
         import _cases_numpy as cases
+    elif scenario == "tf":
+        import _cases_tf as cases
+    elif scenario == "tf_mc":
+        import _cases_tf_mc as cases
+    elif scenario == "tf_twice":
+        import _cases_tf_twice as cases
     else:  # "die", "hang"
         import _cases_die as cases
     cases.run(sys.modules[__name__])

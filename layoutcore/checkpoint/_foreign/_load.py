@@ -104,7 +104,13 @@ SOURCE_FORMATS = {"torch-dcp": "dcp", "orbax": "orbax", "safetensors": "safetens
 
 
 class ForeignSource(Source):
-    """A foreign checkpoint as a :class:`Source` (its files are absolute paths)."""
+    """A foreign checkpoint as a :class:`Source` (its files are absolute paths).
+
+    New NumPy tensors are read whole and distributed as views (:mod:`.._whole`), as
+    ``safetensors.numpy.load_file`` + ``distribute_tensor`` gives them.
+    """
+
+    whole_reads = True
 
     def __init__(self, ckpt: ForeignCheckpoint) -> None:
         specs = {p: saved_spec(t)[0] for p, t in ckpt.tensors.items()}

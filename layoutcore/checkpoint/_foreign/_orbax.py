@@ -132,26 +132,39 @@ def orbax_sharding_entry(layout: Layout, *, device_ids: list[int] | None = None)
     }
 
 
-class OrbaxCheckpoint(ForeignCheckpoint):
-    """An Orbax checkpoint: tensors read through TensorStore handles opened on first use."""
+#: The TensorStore context of every array of one checkpoint, as Orbax's restore uses
+#: (``orbax.checkpoint``'s ``get_ts_context``): one shared cache of OCDBT B-tree nodes (each
+#: array's lookups then read the tree's nodes once, not once per array) and up to 128 concurrent file reads.
+TS_CONTEXT = {"file_io_concurrency": {"limit": 128}, "cache_pool#ocdbt": {"total_bytes_limit": 100_000_000}}
 
-    __slots__ = ("_chunks", "_handles", "_specs")
+
+class OrbaxCheckpoint(ForeignCheckpoint):
+    """An Orbax checkpoint: tensors read through TensorStore handles (kept from opening) in one shared context."""
+
+    __slots__ = ("_chunks", "_context", "_handles", "_specs")
 
     def __init__(
-        self, *args: Any, specs: dict[str, dict[str, Any]], chunks: dict[str, tuple[int, ...]], **kwargs: Any
+        self,
+        *args: Any,
+        specs: dict[str, dict[str, Any]],
+        chunks: dict[str, tuple[int, ...]],
+        context: Any,
+        handles: dict[str, Any],
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._specs = specs
         self._chunks = chunks
-        self._handles: dict[str, Any] = {}
+        self._context = context
+        self._handles = dict(handles)
 
     def _store(self, tensor: ForeignTensor) -> Any:
         import tensorstore as ts  # lazily: import layoutcore.checkpoint imports no I/O library
 
         handle = self._handles.get(tensor.path)
-        if handle is None:
+        if handle is None:  # closed before (a ForeignCheckpoint outlives its Source): open it again
             try:
-                handle = ts.open(self._specs[tensor.path], open=True, read=True).result()
+                handle = ts.open(self._specs[tensor.path], open=True, read=True, context=self._context).result()
             except Exception as err:  # TensorStore's ValueError/RuntimeError: corrupt or missing data
                 raise checkpoint_error(
                     f"{self.path}: cannot open array {tensor.key!r} ({err})", file=self.path
@@ -163,7 +176,9 @@ class OrbaxCheckpoint(ForeignCheckpoint):
         """Per stored chunk a box touches, ``(<dir>/<key>/<chunk index>, [[0, uncompressed bytes]])``.
 
         TensorStore decodes whole chunks, so every chunk a box meets is read whole; chunks are
-        zstd-compressed, so the bytes on disk are fewer (the figure is an upper estimate).
+        zstd-compressed, so the bytes on disk are fewer (the figure is an upper estimate). A chunk
+        several boxes meet is listed once per box, though a load reads and decodes it once
+        (:meth:`read_into`).
         """
         chunk = self._chunks[tensor.path]
         item = itemsize(tensor.dtype)
@@ -190,20 +205,35 @@ class OrbaxCheckpoint(ForeignCheckpoint):
     def read_into(self, tensor: ForeignTensor, boxes: Sequence[Box], out: Sequence[np.ndarray[Any, Any]]) -> None:
         """Fill ``out[i]`` (of ``boxes[i]``'s sizes, any rank, 0-d included) through TensorStore.
 
+        As Orbax's restore reads a shard: TensorStore copies each box's elements from the decoded
+        chunks straight into ``out[i]`` (``ts.array(out[i]).write(store[box])``, no intermediate
+        array), and every box's read is issued before any is awaited, so TensorStore reads and
+        decodes the chunks concurrently on its own threads, and a chunk several boxes meet (a
+        layout cutting across the saved one) once. Returns once every read has finished, failed
+        or not: nothing writes into ``out`` afterwards.
+
         Raises:
             CheckpointError: a chunk TensorStore cannot read (corrupt or missing), naming the array.
         """
+        import tensorstore as ts
+
         store = self._store(tensor)
+        futures = []
         for (offsets, sizes), dst in zip(boxes, out, strict=True):
+            if dst.shape != tuple(sizes):  # never a broadcast: TensorStore would fill a larger block silently
+                raise ValueError(f"block of shape {dst.shape} for box {sizes} of {tensor.key!r}")
             index = tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))
+            futures.append(ts.array(dst, copy=False, write=True).write(store[index] if index else store))
+        failed = None
+        for future in futures:
             try:
-                value = np.asarray(store[index].read().result() if index else store.read().result())
+                future.result()
             except Exception as err:  # TensorStore's own errors: corrupt or missing chunks
-                raise checkpoint_error(
-                    f"{self.path}: reading {tensor.key!r} failed ({err})", file=self.path, tensor=tensor.path
-                ) from None
-            # a copy into the block, never np.ascontiguousarray: that makes a 0-d value 1-d (optax's count)
-            np.copyto(dst, value.reshape(dst.shape), casting="no")
+                failed = failed or err
+        if failed is not None:
+            raise checkpoint_error(
+                f"{self.path}: reading {tensor.key!r} failed ({failed})", file=self.path, tensor=tensor.path
+            )
 
     def close(self) -> None:
         self._handles.clear()
@@ -234,10 +264,12 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
     read += n
     import tensorstore as ts
 
+    context = ts.Context(TS_CONTEXT)
     base = path.resolve().as_uri()
     tensors: dict[str, ForeignTensor] = {}
     specs: dict[str, dict[str, Any]] = {}
     chunks: dict[str, tuple[int, ...]] = {}
+    handles: dict[str, Any] = {}
     paths: list[tuple[str, ...]] = []
     values: dict[str, Any] = {}
     for entry in tree_meta.values() if isinstance(tree_meta, dict) else ():
@@ -260,7 +292,7 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
         )
         spec = {"driver": driver, "kvstore": kv}
         try:
-            store = ts.open(spec, open=True, read=True).result()
+            store = ts.open(spec, open=True, read=True, context=context).result()
         except Exception as err:
             raise checkpoint_error(
                 f"{path}: cannot open the stored array {key!r} ({err})", file=str(path / key)
@@ -277,13 +309,27 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
         tensors[tree_path] = ForeignTensor(tree_path, key, shape, dtype, layout, boxes)
         specs[tree_path] = spec
         chunks[tree_path] = chunk
+        handles[tree_path] = store
     try:
         tree = nest(paths)
     except ValueError as err:
         raise checkpoint_error(f"{meta_file}: inconsistent tree ({err})", file=str(meta_file)) from None
     files = tuple(sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file()))
     version = driver + ("+ocdbt" if use_ocdbt else "")
-    return OrbaxCheckpoint("orbax", str(path), tensors, values, tree, files, read, version, specs=specs, chunks=chunks)
+    return OrbaxCheckpoint(
+        "orbax",
+        str(path),
+        tensors,
+        values,
+        tree,
+        files,
+        read,
+        version,
+        specs=specs,
+        chunks=chunks,
+        context=context,
+        handles=handles,
+    )
 
 
 def _read_shardings(sharding_file: Path) -> tuple[dict[str, str] | None, int]:

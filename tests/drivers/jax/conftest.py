@@ -26,7 +26,7 @@ configure_cpu_devices()
 
 @pytest.fixture
 def driver() -> JaxDriver:
-    """The registered jax driver (a fresh instance per test: the root conftest resets the registry)."""
+    """The registered jax driver (the root conftest puts the registry back after each test; instances persist)."""
     d = lc.get_driver("jax")
     assert isinstance(d, JaxDriver)
     return d

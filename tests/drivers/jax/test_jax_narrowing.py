@@ -21,7 +21,7 @@ from layoutcore_jax import JaxDriver
 
 import layoutcore as lc
 from layoutcore import DtypeNarrowingWarning
-from layoutcore.driver import Limitation, as_bits
+from layoutcore.driver import Limitation, _registry, as_bits
 from layoutcore.driver._fill import pack_owned
 
 MESH = lc.Mesh((4, 2), ("x", "y"))
@@ -175,7 +175,22 @@ def test_python_numbers_follow_the_same_rule(driver: JaxDriver) -> None:
         lc.distribute_tensor(0.1, lc.Layout((), MESH), driver="jax")
 
 
-def test_the_warning_is_issued_once_per_dtype_naming_it(driver: JaxDriver) -> None:
+@pytest.fixture
+def fresh_driver() -> JaxDriver:
+    """A jax driver instance that has warned about nothing yet.
+
+    The root conftest keeps driver instances from test to test (and puts them back afterwards), so
+    the registered instance may already have said its once-per-dtype warnings in an earlier test
+    (the conformance suite narrows int64 too): drop it, and the registry makes a new one.
+    """
+    with _registry._lock:
+        _registry._instances.pop("jax", None)
+    d = lc.get_driver("jax")
+    assert isinstance(d, JaxDriver)
+    return d
+
+
+def test_the_warning_is_issued_once_per_dtype_naming_it(fresh_driver: JaxDriver) -> None:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for _ in range(3):

@@ -264,3 +264,25 @@ def test_rank0_bfloat16_components_pack() -> None:
     again = lc.pack(lc.unpack(t), lc.Layout([], mesh), driver="tensorflow")
     got = lc.to_numpy(again)
     assert got.dtype == x.dtype and got.view(np.uint16) == x.view(np.uint16)
+
+
+#: Dtypes whose components the driver reads where TF keeps them (DLPack; bfloat16 through a uint16 bitcast).
+#: float8 has neither a NumPy DLPack code nor a TF bitcast: ``.numpy()`` copies it.
+READ_IN_PLACE = [n for n in HELD if not n.startswith("float8")]
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_component_to_numpy_reads_tf_memory_without_a_copy(driver: TensorFlowDriver, name: str) -> None:
+    x = random_values(name, checks.SHAPE, seed=3)
+    for component in lc.unpack(lc.distribute_tensor(x, checks.LAYOUTS[0])):
+        first, again, copy = driver.component_to_numpy(component), driver.component_to_numpy(component), read(component)
+        assert first.dtype == copy.dtype and np.array_equal(first.view(np.uint8), copy.view(np.uint8))
+        if name in READ_IN_PLACE:  # one buffer, TF's own, read-only (.numpy() makes a new copy on every call)
+            assert first.ctypes.data == again.ctypes.data and not first.flags.writeable
+
+
+def test_component_to_numpy_falls_back_for_text_and_rank_0_bfloat16(driver: TensorFlowDriver, mesh42: lc.Mesh) -> None:
+    scalar = lc.distribute_tensor(np.array(1.5, ml_dtypes.bfloat16), Layout((), mesh42))
+    assert [float(driver.component_to_numpy(c)) for c in lc.unpack(scalar)] == [1.5] * 8
+    text = lc.distribute_tensor(np.array([["ab", "c"]] * 4), Layout(("x", None), mesh42))
+    assert driver.component_to_numpy(lc.unpack(text)[0]).tolist() == [[b"ab", b"c"]]
