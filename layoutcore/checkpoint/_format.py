@@ -39,7 +39,8 @@ import numpy as np
 from .. import geometry
 from .._dtypes import int_view_dtype, itemsize
 from ._crc import crc32c
-from ._read_plan import CRC_BYTES, StoredPiece, StoredTensor
+from ._read_plan import StoredPiece, StoredTensor
+from ._slabs import CRC_BYTES
 
 __all__ = [
     "FORMAT_NAME",

@@ -48,6 +48,7 @@ from .._dtypes import numpy_dtype
 from .._errors import CheckpointError
 from ._crc import crc32c
 from ._scatter import scatter_read
+from ._slabs import CRC_BYTES, crc_mismatch, preadv_all, read_whole_in_slabs, slabbed, strides_of
 
 __all__ = [
     "Box",
@@ -63,8 +64,6 @@ __all__ = [
 
 Box = tuple[tuple[int, ...], tuple[int, ...]]
 Granularity = Literal["exact", "piece"]
-
-CRC_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +307,8 @@ def read_boxes(
     Each piece's runs are read with ``os.preadv`` into one buffer spanning them (or straight
     into the destination when the piece maps onto a contiguous part of it), so the bytes read
     are exactly ``reads.read_bytes``. Checksums of pieces read whole (or whole but for the
-    padding of an edge chunk, which is zeros) are verified; a piece larger than :data:`SLAB_BYTES`
-    that is scattered is read, checked and copied slab by slab. Piece files
+    padding of an edge chunk, which is zeros) are verified; a piece larger than a slab that is
+    scattered is checked and copied slab by slab (:func:`~._slabs.read_whole_in_slabs`). Piece files
     are ``root/node/file``; ``tensor_path`` (default ``reads.tensor.path``) names the tensor in
     errors, ``fds`` (file -> descriptor) keeps files open across calls, and ``scratch`` (a
     one-element list holding a uint8 array) is a read buffer reused across pieces and calls.
@@ -356,7 +355,7 @@ def read_boxes(
                 buf = dst[start : start + want]
                 tail = np.empty(CRC_BYTES, dtype=np.uint8) if pr.whole and piece.crc32c_at is not None else None
                 views = [buf] if tail is None else [buf, tail]
-                _preadv_all(fd, views, span_lo, span_hi - span_lo, name, file, tpath)
+                preadv_all(fd, views, span_lo, span_hi - span_lo, name, file, tpath)
                 if tail is not None and verify:
                     _check_crc(buf, tail, name, file, tpath)
                 continue
@@ -364,8 +363,8 @@ def read_boxes(
                 fd, pr, piece, reads, out, item, (name, file, tpath)
             ):
                 continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
-            if _slabbed(pr, piece, item):
-                _read_whole_in_slabs(fd, pr, piece, reads, out, dtype, scratch, verify, name, file, tpath)
+            if slabbed(pr, piece, item):
+                read_whole_in_slabs(fd, pr, piece, reads.boxes, out, dtype, scratch, verify, (name, file, tpath))
                 continue
             # one scratch buffer reused for every piece: no page faults after the first (peak: one piece)
             if scratch[0].nbytes < span_hi - span_lo:
@@ -380,7 +379,7 @@ def read_boxes(
                 data = buf[piece.offset - span_lo : piece.offset - span_lo + nbytes]
                 crc = buf[piece.crc32c_at - span_lo : piece.crc32c_at - span_lo + CRC_BYTES]
                 _check_crc(data, crc, name, file, tpath)
-            strides = _strides(piece.shape, item)
+            strides = strides_of(piece.shape, item)
             for b, a, z in pr.copies:
                 rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
                 first = piece.offset + sum(r * s for r, s in zip(rel, strides, strict=True)) - span_lo
@@ -395,91 +394,10 @@ def read_boxes(
                 os.close(fd)
 
 
-#: A piece read whole and scattered into several places is read, checked and copied in slabs of
-#: about this many bytes (whole rows of its first axis): the checksum and the copy then read bytes
-#: the read has just left in the CPU cache, instead of three passes over a piece-sized buffer.
-SLAB_BYTES = 1 << 20
-
-
-def _slabbed(pr: PieceReads, piece: StoredPiece, item: int) -> bool:
-    """Whether the piece is read as one range (data, then its checksum if any) larger than a slab."""
-    if not pr.whole or len(pr.runs) != 1 or not piece.shape:
-        return False
-    nbytes = math.prod(piece.shape) * item
-    if piece.crc32c_at is not None and piece.crc32c_at != piece.offset + nbytes:
-        return False
-    return nbytes > SLAB_BYTES
-
-
-def _read_whole_in_slabs(
-    fd: int,
-    pr: PieceReads,
-    piece: StoredPiece,
-    reads: TensorReads,
-    out: Sequence[np.ndarray[Any, Any]],
-    dtype: np.dtype[Any],
-    scratch: list[np.ndarray[Any, Any]],
-    verify: bool,
-    name: str,
-    file: str,
-    tensor: str,
-) -> None:
-    """Read a whole piece slab by slab (rows of its first axis): read, extend the checksum, copy out.
-
-    The checksum is compared after the last slab; on a mismatch the caller's output arrays are
-    discarded with the error, so no unverified byte reaches the user. Peak: one slab of scratch.
-    """
-    strides = _strides(piece.shape, dtype.itemsize)
-    row = strides[0]
-    n_rows = piece.shape[0]
-    per = max(1, SLAB_BYTES // row)
-    if scratch[0].nbytes < per * row:
-        scratch[0] = np.empty(per * row, dtype=np.uint8)
-    has_crc = piece.crc32c_at is not None
-    tail = np.empty(CRC_BYTES, dtype=np.uint8)
-    # per copy: its first row and row stop in piece coordinates, the byte offset of its part of a
-    # row, the trailing sizes, and the destination's trailing index
-    plans = []
-    for b, a, z in pr.copies:
-        off = reads.boxes[b][0]
-        inner = sum((s - ps) * st for s, ps, st in zip(a[1:], piece.start[1:], strides[1:], strict=True))
-        trail = tuple(e - s for s, e in zip(a[1:], z[1:], strict=True))
-        dst_trail = tuple(slice(s - o, e - o) for s, e, o in zip(a[1:], z[1:], off[1:], strict=True))
-        plans.append((out[b], a[0] - piece.start[0], z[0] - piece.start[0], a[0] - off[0], inner, trail, dst_trail))
-    state = 0
-    for r0 in range(0, n_rows, per):
-        r1 = min(r0 + per, n_rows)
-        buf = scratch[0][: (r1 - r0) * row]
-        last = r1 == n_rows
-        views = [buf, tail] if last and has_crc else [buf]
-        want = buf.nbytes + (CRC_BYTES if last and has_crc else 0)
-        _preadv_all(fd, views, piece.offset + r0 * row, want, name, file, tensor)
-        if has_crc and verify:
-            state = crc32c(buf, state)
-        for dst, lo, hi, dst0, inner, trail, dst_trail in plans:
-            a0, z0 = max(lo, r0), min(hi, r1)
-            if a0 >= z0:
-                continue
-            src = np.ndarray(
-                (z0 - a0, *trail), dtype=dtype, buffer=buf, offset=(a0 - r0) * row + inner, strides=strides
-            )
-            d0 = dst0 + a0 - lo
-            np.copyto(dst[(slice(d0, d0 + z0 - a0), *dst_trail)], src, casting="no")
-    if has_crc and verify and state != int.from_bytes(bytes(tail), "little"):
-        raise _crc_mismatch(name, file, tensor)
-
-
 def _joined(node: str, file: str) -> str:
     if not node:
         return file
     return node + "/" + (file[2:] if file.startswith("./") else file)
-
-
-def _strides(shape: Sequence[int], item: int) -> tuple[int, ...]:
-    strides = [item] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    return tuple(strides)
 
 
 def direct_slots(reads: TensorReads) -> tuple[tuple[int, int, int] | None, ...]:
@@ -513,7 +431,7 @@ def _direct_slot(pr: PieceReads, piece: StoredPiece, reads: TensorReads, item: i
         k += 1
     if any(sizes[d] != box_sizes[d] for d in range(k + 1, rank)):
         return None
-    start = sum(r * s for r, s in zip(rel, _strides(box_sizes, item), strict=True))
+    start = sum(r * s for r, s in zip(rel, strides_of(box_sizes, item), strict=True))
     return b, start, want
 
 
@@ -535,50 +453,11 @@ def _open(root: str, file: str, opened: dict[str, int], name: str, tensor: str) 
     return fd
 
 
-def _short_read(name: str, file: str, tensor: str, offset: int, want: int, got: int) -> CheckpointError:
-    return CheckpointError(
-        f"Checkpoint {name}: tensor {tensor!r}: file {file!r} is truncated (wanted {want} bytes at offset "
-        f"{offset}, got {got}).",
-        path=name,
-        file=file,
-        tensor=tensor,
-    )
-
-
 def _pread_into(fd: int, view: np.ndarray[Any, Any], offset: int, name: str, file: str, tensor: str) -> None:
-    _preadv_all(fd, [view], offset, view.nbytes, name, file, tensor)
-
-
-def _preadv_all(
-    fd: int, views: list[np.ndarray[Any, Any]], offset: int, want: int, name: str, file: str, tensor: str
-) -> None:
-    mvs = [memoryview(v).cast("B") for v in views]  # type: ignore[arg-type]  # ndarrays are buffers; stubs miss it
-    done = 0
-    while done < want:
-        # skip the buffers already filled by a short read
-        skip, bufs = done, []
-        for mv in mvs:
-            if skip >= len(mv):
-                skip -= len(mv)
-                continue
-            bufs.append(mv[skip:])
-            skip = 0
-        got = os.preadv(fd, bufs, offset + done)
-        if got == 0:
-            raise _short_read(name, file, tensor, offset, want, done)
-        done += got
+    preadv_all(fd, [view], offset, view.nbytes, name, file, tensor)
 
 
 def _check_crc(data: np.ndarray[Any, Any], crc: np.ndarray[Any, Any], name: str, file: str, tensor: str) -> None:
     stored = int.from_bytes(bytes(crc), "little")
     if crc32c(data) != stored:
-        raise _crc_mismatch(name, file, tensor)
-
-
-def _crc_mismatch(name: str, file: str, tensor: str) -> CheckpointError:
-    return CheckpointError(
-        f"Checkpoint {name}: tensor {tensor!r}: checksum mismatch in file {file!r}; the data is corrupt.",
-        path=name,
-        file=file,
-        tensor=tensor,
-    )
+        raise crc_mismatch(name, file, tensor)

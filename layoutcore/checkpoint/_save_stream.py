@@ -39,7 +39,7 @@ from ..driver._hooks import DriverHooks
 from . import _staging
 from ._crc import crc32c
 from ._format import MISSING, ArrayStorage, _writev_all
-from ._read_plan import CRC_BYTES
+from ._slabs import CRC_BYTES
 
 __all__ = [
     "SaveStage",

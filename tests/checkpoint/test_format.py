@@ -148,9 +148,9 @@ def test_flipped_byte_in_an_edge_chunk_raises(saved: tuple[Path, dict[str, np.nd
 
 @pytest.mark.parametrize("where", ["first", "middle", "last", "checksum"])
 def test_pieces_read_in_slabs_are_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
-    from layoutcore.checkpoint import _read_plan
+    from layoutcore.checkpoint import _slabs
 
-    monkeypatch.setattr(_read_plan, "SLAB_BYTES", 1000)  # 64 KiB pieces of 1 KiB rows: 1 row per slab
+    monkeypatch.setattr(_slabs, "SLAB_BYTES", 1000)  # 64 KiB pieces of 1 KiB rows: 1 row per slab
     value = _value((512, 256), "float32", 7)
     path = tmp_path / "ckpt"
     checkpoint.save(path, {"w": lc.distribute_tensor(value, Layout(("x", None), MESH8))})

@@ -163,3 +163,45 @@ def test_a_failing_writer_thread_fails_the_save_and_commits_nothing(
         checkpoint.save(out / "ckpt", tree)
     assert where and where[0].startswith("layoutcore-save")  # it failed on a writer thread
     assert list(out.iterdir()) == []  # no checkpoint, no temporary directory left
+
+
+def _mapping(address: int) -> tuple[int, int, set[str]]:
+    """The start, end and ``VmFlags`` of the mapping holding ``address`` (``/proc/self/smaps``)."""
+    lo = hi = -1
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(" ", 1)[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+        elif lo <= address < hi and line.startswith("VmFlags:"):
+            return lo, hi, set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
+@pytest.mark.parametrize("nbytes", [_reader.HUGE_PAGE, 5 * _reader.HUGE_PAGE // 2 + 100])
+def test_large_host_blocks_start_on_a_huge_page_and_keep_small_pages_past_their_end(nbytes: int) -> None:
+    block = _reader.aligned_empty(nbytes)
+    assert block.nbytes == nbytes and block.dtype == np.uint8 and block.flags.writeable
+    start, end = block.ctypes.data, block.ctypes.data + nbytes
+    assert start % _reader.HUGE_PAGE == 0
+    block[...] = 7
+    assert "hg" in _mapping(start)[2]  # its whole huge pages are offered to transparent huge pages
+    page = 4096
+    slack_end = (block.base.ctypes.data + block.base.nbytes) // page * page
+    if nbytes % _reader.HUGE_PAGE and -(-end // page) * page < slack_end:
+        # no huge page may cover bytes past the array: the mapping holding its last byte ends at its
+        # last page, and the slack after it is on small pages
+        _, hi, flags = _mapping(end - 1)
+        assert "hg" not in flags or hi == -(-end // page) * page
+        assert "nh" in _mapping(-(-end // page) * page)[2]
+    small = _reader.aligned_empty(1000)
+    assert small.ctypes.data % _reader.ALIGN == 0 and small.nbytes == 1000
+
+
+def test_new_arrays_in_huge_page_blocks_hold_the_saved_bits(tmp_path: Path) -> None:
+    value = _value((1024, 1536), "float32", 3)  # 6 MiB: blocks of 3 MiB (rows) and 768 KiB-wide columns
+    path = tmp_path / "ckpt"
+    checkpoint.save(path, {"w": lc.distribute_tensor(value, Layout(("x", None), Mesh((2,), ("x",))))})
+    for layout in (Layout(("x", None), Mesh((2,), ("x",))), Layout((None, "x"), Mesh((2,), ("x",)))):
+        out = checkpoint.load(path, {"w": layout}, driver="numpy")
+        assert np.array_equal(as_bits(lc.to_numpy(out["w"])), as_bits(value))

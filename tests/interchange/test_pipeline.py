@@ -14,7 +14,7 @@ import safetensors.numpy as stn
 
 import layoutcore as lc
 from layoutcore import checkpoint
-from layoutcore.checkpoint import _read_plan
+from layoutcore.checkpoint import _slabs
 
 MESH = lc.Mesh((8,), ("x",))
 
@@ -51,7 +51,7 @@ def test_a_column_split_tensor_is_read_in_slabs_not_per_row(
     out = checkpoint.load(path, {"w": layout, "b": lc.Layout(("x",), MESH)}, driver="numpy")
     for block, index in zip(lc.unpack(out["w"]), layout.device_slices(value.shape), strict=True):
         np.testing.assert_array_equal(np.asarray(block), value[index])
-    slabs = -(-value.nbytes // _read_plan.SLAB_BYTES)
+    slabs = -(-value.nbytes // _slabs.SLAB_BYTES)
     assert len(calls) <= slabs + 1, len(calls)  # one per 1 MiB slab (and one for "b"); was 16 000
 
 
