@@ -149,7 +149,7 @@ class ShardStream:
             return []
         entry = math.prod(storage.chunk) * storage.item + CRC_BYTES
         index = np.full((math.prod(storage.chunks_per_shard), 2), MISSING, dtype="<u8")
-        present = -(-self.rows // self.chunk_rows)
+        present = (self.rows + self.chunk_rows - 1) // self.chunk_rows  # chunks holding any of the rows
         index[:present, 0] = np.arange(present, dtype="<u8") * entry
         index[:present, 1] = entry
         data = index.tobytes()
