@@ -88,7 +88,7 @@ def _huge_pages(start: int, nbytes: int, limit: int) -> None:
     page = mmap.PAGESIZE
     whole = nbytes - nbytes % HUGE_PAGE
     _madvise(start, whole, _MADV_HUGEPAGE)
-    tail = -(-(start + nbytes) // page) * page
+    tail = (start + nbytes + page - 1) // page * page  # the first page boundary at or past the end
     if nbytes % HUGE_PAGE and tail < limit - limit % page:
         _madvise(tail, limit - limit % page - tail, _MADV_NOHUGEPAGE)
 
