@@ -78,7 +78,7 @@ from _timing import malloc_trim, peak_rss_growth
 import layoutcore as lc
 from layoutcore import Layout, Mesh, checkpoint
 from layoutcore._config import checkpoint_threads
-from layoutcore.checkpoint._crc import crc32c
+from layoutcore._crc import crc32c
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIECE = 16 << 20  # bytes per preadv of the bounds (a load's task size)

@@ -49,6 +49,7 @@ TABLE: dict[str, str] = {
     "layoutcore._config": "leaf helpers",
     "layoutcore._capabilities": "leaf helpers",
     "layoutcore._devices": "leaf helpers",
+    "layoutcore._crc": "leaf helpers",
     "layoutcore._mesh": "values",
     "layoutcore._layout": "values",
     "layoutcore._layout_map": "values",

@@ -17,10 +17,10 @@ framework: :func:`layout_from_boxes`, :func:`spec_from_boxes`, :func:`dcp_chunks
 
 from __future__ import annotations
 
+from .._crc import SlowChecksumWarning
 from .._errors import CheckpointError
 from .._tensor_spec import TensorSpec
 from ._api import CheckpointInfo, ReadPlan, Source, inspect, load, open, read_plan
-from ._crc import SlowChecksumWarning
 from ._foreign import export_safetensors
 from ._foreign._boxes import dcp_chunks, layout_from_boxes, spec_from_boxes
 from ._foreign._orbax import layout_from_orbax_sharding, orbax_sharding_entry

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from .. import geometry
+from .._crc import crc32c
 from .._dtypes import int_view_dtype, itemsize
-from ._crc import crc32c
 from ._read_plan import StoredPiece, StoredTensor
 from ._slabs import CRC_BYTES
 

@@ -43,10 +43,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._crc import crc32c
 from .._dtypes import itemsize as _itemsize
 from .._dtypes import numpy_dtype
 from .._errors import CheckpointError
-from ._crc import crc32c
 from ._scatter import scatter_read
 from ._slabs import CRC_BYTES, crc_mismatch, preadv_all, read_whole_in_slabs, slabbed, strides_of
 

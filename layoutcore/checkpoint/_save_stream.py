@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from .._crc import crc32c
 from .._dtypes import numpy_dtype
 from .._errors import CheckpointError
 from ..driver._hooks import DriverHooks
 from . import _staging
-from ._crc import crc32c
 from ._format import MISSING, ArrayStorage, _writev_all
 from ._slabs import CRC_BYTES
 

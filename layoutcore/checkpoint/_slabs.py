@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from .._crc import crc32c
 from .._errors import CheckpointError
-from ._crc import crc32c
 
 __all__ = [
     "CRC_BYTES",

@@ -293,6 +293,6 @@ def _distinct(local: Local, indices: list[int]) -> list[int]:
 
 
 def _crc(data: Any) -> int:
-    from ..checkpoint._crc import crc32c  # loaded only with verify=True; no cycle (checkpoint never imports transfer)
+    from .._crc import crc32c  # loaded only with verify=True (google-crc32c is imported with it)
 
     return crc32c(np.ascontiguousarray(data))

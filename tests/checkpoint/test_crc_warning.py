@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import layoutcore.checkpoint as ckpt
-from layoutcore.checkpoint import _crc
+from layoutcore import _crc
 
 CHECK = b"123456789"  # CRC-32C check value 0xE3069283 (RFC 3720, B.4)
 

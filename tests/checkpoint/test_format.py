@@ -196,7 +196,7 @@ def test_import_checkpoint_imports_no_framework() -> None:
 
 def test_crc32c_matches_the_standard_check_value_on_every_path() -> None:
     """CRC-32C of b"123456789" is 0xE3069283 (RFC 3720, B.4): the ctypes, google-crc32c and table paths."""
-    from layoutcore.checkpoint import _crc
+    from layoutcore import _crc
 
     check = b"123456789"
     arr = np.frombuffer(check, dtype=np.uint8).copy()

@@ -1,4 +1,5 @@
-"""CRC-32C (Castagnoli), the checksum of zarr v3's ``crc32c`` codec.
+"""CRC-32C (Castagnoli), the checksum of zarr v3's ``crc32c`` codec: checkpoints' chunks and indexes,
+and the pieces of a transfer with ``verify=True``. Framework-free, so both can use it.
 
 ``google-crc32c`` (a zarr-python dependency; hardware CRC32 instructions, about 14 GB/s here)
 does the work. Its Python API holds the GIL for anything but ``bytes`` of 1 MiB or more, so a
@@ -28,7 +29,7 @@ INSTALL_WHEEL = "pip install --force-reinstall --only-binary=:all: google-crc32c
 
 
 class SlowChecksumWarning(RuntimeWarning):
-    """Checkpoint checksums (CRC-32C) run in pure Python, about 1000x slower than with google-crc32c's
+    """Checksums (CRC-32C) of checkpoints and verified transfers run in pure Python, about 1000x slower than with google-crc32c's
     C library (a few MB/s): the wheel is missing, or it has no C library for this platform.
     Warned once per process, at the first checksum on that path."""
 
