@@ -40,8 +40,8 @@ import numpy as np
 
 import layoutcore as lc
 from layoutcore import Layout, Mesh
+from layoutcore.driver import aligned_empty
 from layoutcore.driver._fill import pack_owned
-from layoutcore.transfer._into import aligned_empty
 from layoutcore.transfer._local import sender_local
 
 MIB = 2**20

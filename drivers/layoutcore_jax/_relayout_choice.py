@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from layoutcore import ConfigurationError, Layout
-from layoutcore.driver import LRUCache, RelayoutMove
+from layoutcore.driver import LRUCache, RelayoutMove, aligned_empty
 
 from . import _relayout
 
@@ -87,7 +87,6 @@ MEASURE_ROUNDS = 3
 #: get more rounds, so that one disturbed run on a busy host does not decide.
 MEASURE_MAX_ROUNDS = 10
 MEASURE_BUDGET_S = 2.0
-_ALIGN = 64  # bytes: a NumPy array aligned so is aliased, not copied, by device_put onto a CPU device
 
 _LOCK = threading.Lock()
 # (mode, source sharding, target sharding, shape, dtype) -> the chosen _Candidate, built for that shape
@@ -284,7 +283,7 @@ class _HostCopy:
         views = {i: np.asarray(by_device[device]) for i, device in self.sources}  # zero-copy, waits for the data
         blocks = []
         for _, shape, pieces in self.blocks:
-            block = _aligned_empty(shape, tensor.dtype)
+            block = aligned_empty(shape, tensor.dtype)
             for sender, source_at, target_at in pieces:
                 block[target_at] = views[sender][source_at]
             blocks.append(block)
@@ -292,15 +291,3 @@ class _HostCopy:
         arrays = jax.device_put(blocks, [device for device, _, _ in self.blocks])
         _relayout.count_host_copy(self.moved)
         return jax.make_array_from_single_device_arrays(tensor.shape, self.sharding, arrays)
-
-
-def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised C-ordered array whose data starts on a :data:`_ALIGN`-byte boundary."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if not nbytes:  # no data to alias (NumPy's pointer of an empty view is arbitrary)
-        return np.empty(shape, dtype)
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    block: np.ndarray = raw[start : start + nbytes].view(dtype).reshape(shape)
-    return block

@@ -10,9 +10,7 @@ array per distinct block (replicas are the same object): the caller hands them o
 
 from __future__ import annotations
 
-import ctypes
 import math
-import mmap
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._dtypes import numpy_dtype
+from ..driver._host_memory import ALIGN, aligned_empty
 from . import _threads
 from ._planner import Stored, TensorLoad
 from ._read_plan import TensorReads, read_boxes
@@ -44,66 +43,12 @@ def _blocks(dtype: Any, shapes: list[tuple[int, ...]]) -> list[np.ndarray[Any, A
     """
     item = np.dtype(dtype).itemsize
     sizes = [(math.prod(s) * item + ALIGN - 1) // ALIGN * ALIGN for s in shapes]  # each block starts 64-byte aligned
-    flat = aligned_empty(sum(sizes))
+    flat = aligned_empty((sum(sizes),))
     out, at = [], 0
     for shape, n in zip(shapes, sizes, strict=True):
         out.append(flat[at : at + math.prod(shape) * item].view(dtype).reshape(shape))
         at += n
     return out
-
-
-#: Host blocks start at this alignment: JAX's CPU client then takes a NumPy block as its buffer
-#: without copying it (``jax.device_put`` of a 64-byte aligned array is zero-copy; measured, jax 0.10.2).
-ALIGN = 64
-#: Host blocks of at least this many bytes start on a transparent huge page boundary (x86-64's 2 MiB).
-HUGE_PAGE = 2 << 20
-
-
-def aligned_empty(nbytes: int) -> np.ndarray[Any, Any]:
-    """An uninitialised uint8 array of ``nbytes`` whose first byte is :data:`ALIGN`-byte aligned.
-
-    From :data:`HUGE_PAGE` bytes on, it starts on a huge page boundary and its whole huge pages are
-    offered to the kernel's transparent huge pages (``MADV_HUGEPAGE``): a block of fresh memory then
-    costs one page fault per 2 MiB instead of one per 4 KiB wherever its malloc'd range begins
-    (``np.empty`` of 8 MiB, as ``np.fromfile`` allocates it, took 512 4-KiB faults a block at its
-    unaligned edges: 65 000 faults and 0.24 CPU s per GiB read into new arrays against 370 faults
-    and 0.16 s aligned, 1 thread). The bytes past the last whole huge page keep 4 KiB pages
-    (``MADV_NOHUGEPAGE`` beyond the array), so no huge page reaches past the array's end: the
-    resident memory stays the array's own. The alignment slack is address space, never touched.
-    """
-    align = HUGE_PAGE if nbytes >= HUGE_PAGE else ALIGN
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    skip = -raw.ctypes.data % align
-    out = raw[skip : skip + nbytes]
-    if align == HUGE_PAGE:
-        _huge_pages(out.ctypes.data, nbytes, raw.ctypes.data + raw.nbytes)
-    return out
-
-
-def _huge_pages(start: int, nbytes: int, limit: int) -> None:
-    """Offer the whole huge pages of ``[start, start + nbytes)`` (``start`` huge-page aligned) to THP and
-    keep ``[end of the array, limit)`` on small pages (a no-op where ``madvise`` is not available)."""
-    if _madvise is None:  # pragma: no cover - not Linux
-        return
-    page = mmap.PAGESIZE
-    whole = nbytes - nbytes % HUGE_PAGE
-    _madvise(start, whole, _MADV_HUGEPAGE)
-    tail = (start + nbytes + page - 1) // page * page  # the first page boundary at or past the end
-    if nbytes % HUGE_PAGE and tail < limit - limit % page:
-        _madvise(tail, limit - limit % page - tail, _MADV_NOHUGEPAGE)
-
-
-_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
-_MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)
-_madvise: Any
-try:
-    _madvise = ctypes.CDLL(None, use_errno=True).madvise
-    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    _madvise.restype = ctypes.c_int
-except (OSError, AttributeError):  # pragma: no cover - a libc without madvise
-    _madvise = None
-if not hasattr(mmap, "MADV_HUGEPAGE"):  # pragma: no cover - not Linux: no transparent huge pages to ask for
-    _madvise = None
 
 
 class Readers(ThreadWork):
@@ -148,7 +93,7 @@ class Readers(ThreadWork):
             outs = given  # the destination's own host memory (checkpoint._staging.host_views)
         elif geo.direct is not None and None not in geo.direct:
             outs = [  # each chunk read straight into its block
-                aligned_empty(math.prod(sizes) * dtype.itemsize).view(dtype).reshape(sizes) for sizes in shapes
+                aligned_empty(sizes, dtype) for sizes in shapes
             ]
         else:
             outs = _blocks(dtype, shapes)

@@ -23,14 +23,17 @@ from ._cache import LRUCache
 from ._capabilities import required_capabilities
 from ._frontend import Driver, HoldsValue
 from ._hooks import DriverHooks, VariableHandle
+from ._host_memory import ALIGN, HUGE_PAGE, aligned_empty
 from ._processes import SINGLE_PROCESS, Barrier, ProcessGroup
 from ._registry import DRIVER_ENV, ENTRY_POINT_GROUP, DriverInfo, driver_infos, register_driver
 from ._relayout_move import RelayoutMove
 
 __all__ = [
+    "ALIGN",
     "CPU_DEVICES_ENV",
     "DRIVER_ENV",
     "ENTRY_POINT_GROUP",
+    "HUGE_PAGE",
     "SINGLE_PROCESS",
     "Barrier",
     "BoundLayout",
@@ -47,6 +50,7 @@ __all__ = [
     "RelayoutMove",
     "RelayoutSchedule",
     "VariableHandle",
+    "aligned_empty",
     "canonical_device",
     "canonical_devices",
     "cpu_device_count",

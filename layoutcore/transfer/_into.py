@@ -26,22 +26,10 @@ from .._dtypes import numpy_dtype
 from .._errors import LayoutcoreError, TransferError
 from .._tensor_spec import TensorSpec
 from ..driver._fill import FillTarget, fill, fill_target, pack_owned
+from ..driver._host_memory import aligned_empty
 from ._local import Local, _bound, distributed
 
 __all__ = ["fresh_local", "into_local"]
-
-
-#: Receive blocks start at a multiple of this many bytes: TensorFlow (EIGEN_MAX_ALIGN_BYTES) adopts a
-#: C-contiguous NumPy buffer so aligned without copying it, and copies any other (measured, TF 2.21).
-ALIGN_BYTES = 64
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts at a multiple of :data:`ALIGN_BYTES`."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGN_BYTES, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN_BYTES
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _blocks(spec: TensorSpec, positions: list[int]) -> tuple[list[Any], list[np.ndarray]]:

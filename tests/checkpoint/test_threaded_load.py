@@ -16,6 +16,7 @@ import layoutcore as lc
 from layoutcore import CheckpointError, ConfigurationError, Layout, Mesh, checkpoint
 from layoutcore._dtypes import as_bits, numpy_dtype
 from layoutcore.checkpoint import _reader, _save, _threads
+from layoutcore.driver import ALIGN, HUGE_PAGE, aligned_empty
 
 MESH8 = Mesh((8,), ("x",))
 MESH42 = Mesh((4, 2), ("a", "b"))
@@ -178,24 +179,24 @@ def _mapping(address: int) -> tuple[int, int, set[str]]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
-@pytest.mark.parametrize("nbytes", [_reader.HUGE_PAGE, 5 * _reader.HUGE_PAGE // 2 + 100])
+@pytest.mark.parametrize("nbytes", [HUGE_PAGE, 5 * HUGE_PAGE // 2 + 100])
 def test_large_host_blocks_start_on_a_huge_page_and_keep_small_pages_past_their_end(nbytes: int) -> None:
-    block = _reader.aligned_empty(nbytes)
+    block = aligned_empty((nbytes,))
     assert block.nbytes == nbytes and block.dtype == np.uint8 and block.flags.writeable
     start, end = block.ctypes.data, block.ctypes.data + nbytes
-    assert start % _reader.HUGE_PAGE == 0
+    assert start % HUGE_PAGE == 0
     block[...] = 7
     assert "hg" in _mapping(start)[2]  # its whole huge pages are offered to transparent huge pages
     page = 4096
     slack_end = (block.base.ctypes.data + block.base.nbytes) // page * page
-    if nbytes % _reader.HUGE_PAGE and -(-end // page) * page < slack_end:
+    if nbytes % HUGE_PAGE and -(-end // page) * page < slack_end:
         # no huge page may cover bytes past the array: the mapping holding its last byte ends at its
         # last page, and the slack after it is on small pages
         _, hi, flags = _mapping(end - 1)
         assert "hg" not in flags or hi == -(-end // page) * page
         assert "nh" in _mapping(-(-end // page) * page)[2]
-    small = _reader.aligned_empty(1000)
-    assert small.ctypes.data % _reader.ALIGN == 0 and small.nbytes == 1000
+    small = aligned_empty((1000,))
+    assert small.ctypes.data % ALIGN == 0 and small.nbytes == 1000
 
 
 def test_new_arrays_in_huge_page_blocks_hold_the_saved_bits(tmp_path: Path) -> None:

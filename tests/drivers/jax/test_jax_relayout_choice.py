@@ -23,7 +23,7 @@ from test_jax_relayout_floor import CASES, FLAT, GRID, LINE, check_shards
 import layoutcore as lc
 from layoutcore import Layout
 from layoutcore._dtypes import X64_DTYPES, random_values
-from layoutcore.driver import ALL_DTYPES, LRUCache
+from layoutcore.driver import ALL_DTYPES, LRUCache, aligned_empty
 
 #: The cases the candidates run: JAX's move at the floor, planned, across meshes, subset, superset, scalar.
 CHOICE_CASES = [
@@ -211,10 +211,10 @@ def test_a_relayout_onto_its_own_sharding_is_not_measured(driver: JaxDriver, mon
 def test_host_copy_blocks_are_aligned_for_aliasing() -> None:
     """device_put onto a CPU device aliases a 64-byte aligned NumPy array (no second copy)."""
     for shape, dtype in (((3, 5), np.float32), ((7,), np.uint8), ((), np.int16), ((0, 4), np.float32)):
-        block = choice._aligned_empty(shape, dtype)
+        block = aligned_empty(shape, dtype)
         assert block.shape == shape and block.dtype == dtype and block.flags.c_contiguous
         assert block.ctypes.data % 64 == 0 or block.size == 0
-    block = choice._aligned_empty((256, 256), np.float32)
+    block = aligned_empty((256, 256), np.float32)
     block[...] = 1.0
     put = jax.device_put(block, jax.devices("cpu")[1])
     assert put.unsafe_buffer_pointer() == block.ctypes.data  # aliased, as the module docstring says
