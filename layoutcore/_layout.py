@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import geometry
@@ -117,6 +117,10 @@ class Layout:
 
     axes: tuple[AxisSpec, ...]
     mesh: Mesh | None
+    # The hash, computed once, when first asked (a layout is a dict key several times in every relayout, and
+    # the generated __hash__ hashed the axes and called Mesh.__hash__ each time); None until then, so that
+    # making a layout hashes no mesh (propagation makes many and keys on none).
+    _hash: int | None = field(init=False, repr=False, compare=False)
 
     def __init__(self, axes: Iterable[Any], mesh: Mesh | None = None, *, device_mesh: Mesh | None = None) -> None:
         if device_mesh is not None:
@@ -139,6 +143,14 @@ class Layout:
             _check_layout_mesh(mesh, seen, raw, axes)
         object.__setattr__(self, "axes", canonical)
         object.__setattr__(self, "mesh", mesh)
+        object.__setattr__(self, "_hash", None)
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:  # two threads may both compute it: the same int
+            found = hash((self.axes, self.mesh))
+            object.__setattr__(self, "_hash", found)
+        return found
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Layout, (self.axes, self.mesh))

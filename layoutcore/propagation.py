@@ -129,6 +129,7 @@ def _on(axes: Sequence[AxisSpec], mesh: Mesh | None) -> Layout:
     layout = object.__new__(Layout)
     object.__setattr__(layout, "axes", tuple(axes))
     object.__setattr__(layout, "mesh", mesh)
+    object.__setattr__(layout, "_hash", None)  # as Layout.__init__ sets it: hashed when first asked
     return layout
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import random
 import threading
 from typing import Any
@@ -78,3 +79,32 @@ def test_stays_bounded_and_consistent_under_threads() -> None:
     for t in threads:
         t.join()
     assert errors == [] and len(cache) == 64 and len(set(cache.keys())) == 64
+
+
+def test_peek_reads_without_making_the_entry_recent() -> None:
+    cache: LRUCache[str, int] = LRUCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.peek("a") == 1 and cache.peek("z") is None and cache.peek("z", -1) == -1
+    cache.put("c", 3)  # a was only peeked: it is still the least recent, so it goes
+    assert cache.keys() == ["b", "c"] and cache.peek("a") is None
+    assert cache.get("b") == 2  # a get does make it recent
+    cache.put("d", 4)
+    assert cache.keys() == ["b", "d"]
+
+
+def test_peek_under_threads_sees_only_values_put() -> None:
+    cache: LRUCache[int, int] = LRUCache(16)
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(20000):
+            key = rng.randrange(64)
+            value = cache.peek(key)
+            assert value is None or value == key * 3
+            if rng.random() < 0.5:
+                cache.put(key, key * 3)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))  # re-raises a worker's failure here
+    assert len(cache) == 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 from typing import Any
 
@@ -152,6 +153,123 @@ def test_forget_meshes_drops_every_binding(driver: ConcreteOnlyDriver) -> None:
     driver.bind_mesh(lc.Mesh((2,), ("x",)))
     driver.forget_meshes()
     assert len(driver._lc_bound) == 0 and len(driver._lc_origin) == 0
+
+
+# -- relayout targets remembered as checked and bound ------------------------------------------------------
+class EvenOnlyDriver(ConcreteOnlyDriver):
+    capabilities = NumpyDriver.capabilities - {lc.driver.Capability.UNEVEN, lc.driver.Capability.UNEVEN_MULTI_AXIS}
+
+
+def test_a_remembered_target_still_refuses_what_it_does_not_fit() -> None:
+    """relayout remembers a target it checked and bound, per (layout, shape, capabilities): the same layout
+    for another shape, and any other target, is checked again; a refusal is never remembered."""
+    driver = EvenOnlyDriver(num_devices=4)
+    mesh = lc.Mesh((4,), ("x",))
+    source, target = lc.Layout([None, None], mesh), lc.Layout(["x", None], mesh)
+    x = np.arange(32).reshape(8, 4)
+    even = driver.distribute_tensor(x, source)
+    for _ in range(2):  # the second call passes on the remembered check
+        out = driver.relayout(even, target)
+        assert np.array_equal(lc.to_numpy(out, driver=driver), x) and driver.fetch_layout(out) == target
+        assert [np.array_equal(c, x[2 * i : 2 * i + 2]) for i, c in enumerate(driver.unpack(out))] == [True] * 4
+    uneven = driver.distribute_tensor(np.arange(24).reshape(6, 4), source)  # 6 rows: 4 shards do not divide them
+    rank3 = driver.distribute_tensor(np.ones((8, 4, 2)), lc.Layout([None] * 3, mesh))
+    for _ in range(2):
+        with pytest.raises(lc.UnsupportedLayoutError) as info:
+            driver.relayout(uneven, target)
+        assert info.value.feature == "uneven" and "shape (6, 4)" in str(info.value)
+        with pytest.raises(lc.LayoutError):
+            driver.relayout(rank3, target)
+        for bad in (["x", None], lc.Layout(["x", None])):  # not a Layout; a Layout without a mesh
+            with pytest.raises(lc.LayoutError):
+                driver.relayout(even, bad)  # type: ignore[arg-type]
+        far = lc.Layout(["x", None], lc.Mesh((4,), ("x",), [f"CPU:{i}" for i in range(4, 8)]))
+        with pytest.raises(lc.LayoutError, match="CPU:4"):  # devices this driver does not have: binding refuses
+            driver.relayout(even, far)
+
+
+def test_a_remembered_target_is_checked_again_under_other_capabilities() -> None:
+    driver = ConcreteOnlyDriver(num_devices=4)  # every capability, uneven too
+    mesh = lc.Mesh((4,), ("x",))
+    x = np.arange(24).reshape(6, 4)
+    t = driver.distribute_tensor(x, lc.Layout([None, None], mesh))
+    target = lc.Layout(["x", None], mesh)
+    assert np.array_equal(lc.to_numpy(driver.relayout(t, target), driver=driver), x)
+    # per instance, as the JAX driver drops a capability across processes
+    driver.capabilities = driver.capabilities - {lc.driver.Capability.UNEVEN}  # type: ignore[misc]
+    with pytest.raises(lc.UnsupportedLayoutError) as info:
+        driver.relayout(t, target)
+    assert info.value.feature == "uneven"
+
+
+def test_forget_meshes_forgets_the_remembered_targets_with_their_devices() -> None:
+    class Regrouped(ConcreteOnlyDriver):  # its devices change, as a torch driver's do with a new process group
+        def regroup(self, devices: list[str]) -> None:
+            self._devices = devices
+            self.forget_meshes()
+
+    driver = Regrouped(num_devices=4)
+    mesh = lc.Mesh((2,), ("x",))  # abstract: it takes the driver's first two devices
+    t = driver.distribute_tensor(np.arange(4), lc.Layout([None], mesh))
+    assert driver.relayout(t, lc.Layout(["x"], mesh)).devices == ("CPU:0", "CPU:1")
+    driver.regroup(["CPU:2", "CPU:3", "CPU:0", "CPU:1"])
+    assert len(driver._lc_targets) == 0 and len(driver._lc_bound) == 0
+    t = driver.distribute_tensor(np.arange(4), lc.Layout([None], mesh))
+    moved = driver.relayout(t, lc.Layout(["x"], mesh))
+    assert moved.devices == tuple(driver.list_devices()[:2]) == ("CPU:2", "CPU:3")
+
+
+def test_the_remembered_targets_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_frontend, "TARGET_TABLE_SIZE", 8)
+    driver = ConcreteOnlyDriver(num_devices=4)
+    mesh = lc.Mesh((2,), ("x",))
+    for n in range(1, 30):
+        t = driver.distribute_tensor(np.arange(2 * n), lc.Layout([None], mesh))
+        assert np.array_equal(lc.to_numpy(driver.relayout(t, lc.Layout(["x"], mesh)), driver=driver), np.arange(2 * n))
+    assert len(driver._lc_targets) == 8
+
+
+def test_records_stay_right_under_threads(driver: ConcreteOnlyDriver) -> None:
+    """Records are written without a lock: under threads every tensor still reads back the layout it was made
+    with (a lost record would read back the mesh without its name), and none outlives its tensor."""
+    mesh = lc.Mesh((2,), ("x",), name="named")
+    layouts = [lc.Layout(["x"], mesh), lc.Layout([None], mesh)]
+    gc.collect()
+    before = len(driver._lc_records)
+
+    def work(seed: int) -> None:
+        kept: list[Any] = []
+        for i in range(300):
+            first, second = layouts[(seed + i) % 2], layouts[(seed + i + 1) % 2]
+            t = driver.distribute_tensor(np.arange(4), first)
+            moved = driver.relayout(t, second)
+            assert driver.fetch_layout(t) == first and driver.fetch_layout(moved) == second
+            kept = [*kept[-20:], t, moved]
+        assert all(driver.fetch_layout(k).mesh == mesh for k in kept)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))  # re-raises a worker's failure here
+    gc.collect()
+    assert len(driver._lc_records) == before
+
+
+def test_the_move_handed_to_the_hook_reads_source_and_dtype_when_asked(driver: ConcreteOnlyDriver) -> None:
+    mesh = lc.Mesh((2,), ("x",), name="m")
+    t = driver.distribute_tensor(np.arange(4, dtype=np.float32), lc.Layout(["x"], mesh))
+    devices = driver.bind_mesh(mesh)
+    move = driver.relayout_move(t, lc.Layout([None], mesh), devices)
+    concrete = mesh.with_devices(devices)
+    assert move.source == lc.Layout(["x"], concrete) and move.target == lc.Layout([None], concrete)
+    assert move.dtype == "float32" and move.shape == (4,) and move.devices == devices
+    bits = move.retyped("int32")
+    assert bits.dtype == "int32" and bits.source == move.source and bits.target == move.target
+    assert move.reversed().target == move.source and move.reversed().source == move.target
+    unrecorded = driver.native_distribute(np.arange(4, dtype=np.int8), lc.Layout(["x"], concrete), devices)
+    native = lc.Layout(["x"], lc.Mesh((2,), ("x",), devices))  # what this driver reads back: no mesh name
+    assert driver.relayout_move(unrecorded, lc.Layout([None], mesh), devices).source == native
+    assert driver.relayout_move(unrecorded, lc.Layout([None], mesh), devices).dtype == "int8"
+    with pytest.raises(lc.LayoutError, match="bound to a mesh"):
+        driver.relayout_move(t, lc.Layout([None]), devices)
 
 
 # -- records are checked against the native truth ---------------------------------------------------------

@@ -286,6 +286,26 @@ def test_eq_and_hash(mesh: Mesh) -> None:
     assert a != "sharding_specs:x,unsharded,"  # TF raises TypeError here; we compare
 
 
+def test_the_hash_kept_after_first_use_agrees_with_equality(mesh: Mesh) -> None:
+    """Layout keeps its hash once computed: equal layouts, however made (list or tuple axes, UNSHARDED or
+    None, pickled, a copy, propagation's unvalidated construction), hash equal and find each other as keys."""
+    from layoutcore.propagation import elementwise
+
+    a = Layout(["x", U], mesh)
+    table = {a: "a"}  # hashed now, and kept
+    made = [
+        Layout(("x", None), mesh),
+        pickle.loads(pickle.dumps(a)),
+        dataclasses.replace(a),
+        elementwise(Layout(["x", None], mesh), Layout(["x", None], mesh)),
+    ]
+    for b in made:
+        assert b == a and hash(b) == hash(a) and table[b] == "a"
+        assert hash(b) == hash(b)  # stable: the second hash is the kept one
+    others = [Layout([None, "x"], mesh), Layout(["x", U]), Layout(["x", "y"], mesh)]
+    assert all(o not in table for o in others)
+
+
 def test_is_immutable(mesh: Mesh) -> None:
     layout = Layout(["x"], mesh)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -6,6 +6,7 @@ import importlib.metadata
 import threading
 import warnings
 
+import numpy as np
 import pytest
 
 import layoutcore
@@ -123,6 +124,19 @@ def test_unknown_name_lists_the_installed_drivers() -> None:
     assert isinstance(err, LookupError) and isinstance(err, LayoutcoreError)
     assert err.name == "nopedriver" and "numpy" in err.installed
     assert "'nopedriver'" in str(err) and "'numpy'" in str(err)
+
+
+def test_a_driver_instance_is_used_as_given_and_anything_else_is_refused() -> None:
+    """get_driver and driver_for hand back a Driver instance as given (also on later calls, which pass a
+    remembered type check); an object of another type is still looked up as a name and refused."""
+    mine = NumpyDriver(num_devices=2)
+    for _ in range(2):
+        assert get_driver(mine) is mine and _registry.driver_for(np.ones(2), mine) is mine
+    for bad in (123, 2.5, object()):
+        with pytest.raises(DriverNotFoundError):
+            get_driver(bad)  # type: ignore[arg-type]
+        with pytest.raises(DriverNotFoundError):
+            _registry.driver_for(np.ones(2), bad)  # type: ignore[arg-type]
 
 
 def test_set_driver_and_use_driver_check_the_name_first() -> None:

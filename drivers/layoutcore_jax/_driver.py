@@ -147,6 +147,7 @@ class JaxDriver(Driver):
 
         self._jax = jax
         self._named_sharding_type = jax.sharding.NamedSharding
+        self._tracer_type = jax.core.Tracer
         self._axis_types: AxisTypeName = axis_types
         self._by_name = _devices_by_name()  # applies LAYOUTCORE_CPU_DEVICES before JAX starts
         self._names = list(self._by_name)
@@ -162,6 +163,10 @@ class JaxDriver(Driver):
         # Layouts this driver applied to tracers (the front-end keeps no records for traced values).
         self._traced: dict[int, tuple[weakref.ref[Any], Layout]] = {}
         self._narrowed: set[str] = set()  # dtypes whose narrowing this driver has warned about
+        # Types seen to be concrete jax.Arrays (no Tracer): isinstance(value, jax.Array) goes through
+        # ABCMeta (~0.3 us), a set lookup of the type does not. A type, so every instance is one too.
+        self._concrete_types: set[type] = set()
+        self._quieted = _dtypes_named(_QUIETED_FLOATS)
 
     # -- conversions (cached on the hashable values) --------------------------------------------
     def named_sharding(self, layout: Layout) -> NamedSharding:
@@ -175,7 +180,7 @@ class JaxDriver(Driver):
         return self._sharding(layout, self.bind_mesh(layout.require_mesh()))
 
     def _sharding(self, layout: Layout, devices: tuple[str, ...]) -> NamedSharding:
-        sharding = self._shardings.get(layout)
+        sharding = self._shardings.peek(layout)
         if sharding is None:
             mesh = layout.require_mesh()
             concrete = mesh if mesh.devices is not None else mesh.with_devices(devices)
@@ -196,15 +201,23 @@ class JaxDriver(Driver):
         value, as a NumPy array is: ``distribute_tensor`` places it, and the functions that need a
         distributed tensor refuse it with ``NotDistributedError``.
         """
-        return (
-            isinstance(value, self._jax.Array)
-            and not isinstance(value, self._jax.core.Tracer)
-            and isinstance(value.sharding, self._named_sharding_type)
-        )
+        kind = type(value)
+        if kind not in self._concrete_types:
+            if not isinstance(value, self._jax.Array) or isinstance(value, self._tracer_type):
+                return False
+            self._concrete_types.add(kind)  # a handful of types at most (JAX's array implementations)
+        return isinstance(value.sharding, self._named_sharding_type)
+
+    def shape_of(self, value: Any) -> tuple[int, ...]:
+        """A concrete ``jax.Array``'s own shape (JAX keeps it a tuple of ints); else ``tuple(int(s) ...)``."""
+        if type(value) in self._concrete_types:
+            shape: tuple[int, ...] = value.shape
+            return shape
+        return tuple(int(s) for s in value.shape)
 
     def is_traced(self, value: Any) -> bool:
         """A JAX tracer: a value inside ``jax.jit`` (or another JAX transformation)."""
-        return isinstance(value, self._jax.core.Tracer)
+        return isinstance(value, self._tracer_type)
 
     def _constrain(self, value: Any, layout: Layout, devices: tuple[str, ...]) -> Any:
         """Apply ``layout`` to a traced value as JAX's sharding constraint, and note it for fetch_layout."""
@@ -363,15 +376,15 @@ class JaxDriver(Driver):
 
     def native_relayout_planned(self, tensor: jax.Array, move: RelayoutMove) -> jax.Array:
         layout, devices = move.layout, move.devices
-        if self.is_traced(tensor):
+        if isinstance(tensor, self._tracer_type):
             # Inside jax.jit: JAX's own constraint (XLA picks the collectives; see _relayout's docstring).
             return _array(self._constrain(tensor, layout, devices))
-        if tensor.size == 0:
+        if 0 in move.shape:  # the tensor's shape, as the front-end read it
             # Nothing to move, and XLA's programs (the bit views below, the floor plan's shard_map, even
             # device_put between meshes) hand a zero-size result back replicated or refuse its shard
             # shapes (measured, jax 0.10.2): the empty target is made directly on the target sharding.
             return _array(self._jax.device_put(np.zeros(tensor.shape, tensor.dtype), self._sharding(layout, devices)))
-        if tensor.dtype.name in _QUIETED_FLOATS:
+        if tensor.dtype in self._quieted:  # dtype objects, not names: dtype.name runs Python code in NumPy
             # XLA's CPU collectives turn every bfloat16 NaN into the one quiet NaN (0x7fc1 -> 0x7fc0;
             # measured, jax 0.10.2), and its ppermute does the same to float8_e5m2 (0x7e -> 0x7f): the
             # bits of these small floats move as same-width unsigned ints (an elementwise view keeps the sharding).
@@ -379,11 +392,12 @@ class JaxDriver(Driver):
             carrier = np.dtype(f"uint{8 * tensor.dtype.itemsize}")
             moved = self.native_relayout_planned(_array(bitcast(tensor, carrier)), move.retyped(carrier.name))
             return _array(bitcast(moved, tensor.dtype))
-        sharding = self._sharding(layout, devices)
+        # Every call passes here: each function call costs (the cache's lookup is _sharding's, inlined).
+        sharding = self._shardings.peek(layout) or self._sharding(layout, devices)
         planned = _relayout_choice.relayout_at_floor(self, tensor, move, sharding)
         if planned is not None:  # device_put would move more than relayout_plan's floor
             return planned
-        out = _array(self._jax.device_put(tensor, sharding))
+        out: jax.Array = self._jax.device_put(tensor, sharding)
         if out is tensor:
             # Same NamedSharding (the layouts differ only by mesh name, or abstract vs concrete mesh):
             # JAX hands back its input, but the result must be a new object, so that its layout record
@@ -621,3 +635,17 @@ class JaxDriver(Driver):
 
 #: Floats whose NaN payloads XLA's CPU collectives may rewrite: relaid out as same-width unsigned ints.
 _QUIETED_FLOATS = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})
+
+
+def _dtypes_named(names: frozenset[str]) -> frozenset[np.dtype[Any]]:
+    """The NumPy dtypes of ``names`` (ml_dtypes' for the small floats, JAX's own dependency); a name neither
+    NumPy nor the installed ml_dtypes knows is left out: no array can have that dtype here."""
+    import ml_dtypes
+
+    found = set()
+    for name in names:
+        try:
+            found.add(np.dtype(getattr(ml_dtypes, name, name)))
+        except TypeError:
+            continue
+    return frozenset(found)

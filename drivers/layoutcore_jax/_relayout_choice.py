@@ -45,13 +45,13 @@ applies JAX's sharding constraint), and a relayout onto the sharding it already 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -88,9 +88,8 @@ MEASURE_ROUNDS = 3
 MEASURE_MAX_ROUNDS = 10
 MEASURE_BUDGET_S = 2.0
 
-_LOCK = threading.Lock()
 # (mode, source sharding, target sharding, shape, dtype) -> the chosen _Candidate, built for that shape
-_CHOSEN: LRUCache[Any, Any] = LRUCache(256)
+_CHOSEN: LRUCache[Any, _Candidate] = LRUCache(256)
 # (mode, source sharding, target sharding, dtype, rank, size class) -> the measured winner's name
 _WINNERS: LRUCache[Any, str] = LRUCache(1024)
 
@@ -104,7 +103,34 @@ class _Candidate:
 
 
 def _mode() -> str:
-    mode = os.environ.get(MODE_ENV, "").strip() or "measure"
+    """:data:`MODE_ENV` read now (it may change between relayouts), parsed and checked.
+
+    Raises:
+        ConfigurationError: it names no candidate.
+    """
+    return _parsed_mode(_setting())
+
+
+def _setting() -> str | None:
+    """``os.environ.get(MODE_ENV)``, on every relayout: where the name is unset (the default) that raises and
+    catches a KeyError inside ``os.environ`` (0.7 us). CPython's ``os.environ`` reads its encoded table
+    ``_data``, which every write through ``os.environ`` updates; read it directly where it is there."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if not isinstance(data, dict):
+        return environ.get(MODE_ENV)
+    raw = data.get(_MODE_KEY)
+    return None if raw is None else environ.decodevalue(raw)
+
+
+_MODE_KEY = os.environ.encodekey(MODE_ENV)
+
+
+# Keyed by the setting's text (an immutable str or None), whose parse never changes; a refused setting raises
+# and is not cached, so it is refused on every relayout. Bounded: a process cycling through settings recomputes.
+@functools.lru_cache(maxsize=16)
+def _parsed_mode(setting: str | None) -> str:
+    mode = (setting or "").strip() or "measure"
     if mode != "measure" and mode not in CANDIDATES:
         raise ConfigurationError(f"{MODE_ENV}={mode!r} is not 'measure' or one of {', '.join(CANDIDATES)}")
     return mode
@@ -122,26 +148,22 @@ def relayout_at_floor(
     """
     if driver._multiprocess:
         return None
-    mode = _mode()
+    mode = _parsed_mode(_setting())  # _mode(), one call fewer: every relayout passes here
     # The shardings decide everything (devices, blocks): one choice per pair, shape and dtype, so that
-    # a repeated relayout pays a dictionary lookup, not a plan.
-    key = (mode, tensor.sharding, sharding, tensor.shape, tensor.dtype)
-    with _LOCK:
-        found = _CHOSEN.get(key)
+    # a repeated relayout pays a dictionary lookup, not a plan. A peek, not a get: no lock, and the
+    # choice ages from when it was made (evicted, it is made again from the size class's winner).
+    key = (mode, tensor.sharding, sharding, move.shape, tensor.dtype)  # move.shape: tensor.shape, already read
+    found = _CHOSEN.peek(key)
     if found is None:
-        found = _choose_for(driver, tensor, move, sharding, mode)
-        with _LOCK:
-            _CHOSEN.put(key, found)
-    chosen_move = cast("_Candidate", found)
-    return None if chosen_move.name == "device_put" else chosen_move.run(tensor)
+        found = _CHOSEN.put(key, _choose_for(driver, tensor, move, sharding, mode))
+    return None if found.name == "device_put" else found.run(tensor)
 
 
 def chosen(tensor: jax.Array, sharding: Any) -> str | None:
     """The candidate chosen for relayouts of ``tensor``'s sharding, shape and dtype onto ``sharding`` under
     the current :data:`MODE_ENV`, or ``None`` where none was chosen yet (benchmarks and tests)."""
-    with _LOCK:
-        found = _CHOSEN.get((_mode(), tensor.sharding, sharding, tensor.shape, tensor.dtype))
-    return None if found is None else cast("_Candidate", found).name
+    found = _CHOSEN.peek((_mode(), tensor.sharding, sharding, tensor.shape, tensor.dtype))
+    return None if found is None else found.name
 
 
 def size_class(tensor: jax.Array) -> int:
@@ -158,14 +180,12 @@ def _choose_for(
     if mode != "measure" or len(candidates) == 1:
         return _choose(candidates, tensor, mode)
     klass = (mode, tensor.sharding, sharding, tensor.dtype, tensor.ndim, size_class(tensor))
-    with _LOCK:
-        name = _WINNERS.get(klass)
+    name = _WINNERS.get(klass)
     known = next((c for c in candidates if c.name == name), None)
     if known is not None:
         return known
     found = _choose(candidates, tensor, mode)
-    with _LOCK:
-        _WINNERS.put(klass, found.name)
+    _WINNERS.put(klass, found.name)
     return found
 
 

@@ -58,6 +58,16 @@ class LRUCache(Generic[K, V]):
             self._data.move_to_end(key)
             return value
 
+    @overload
+    def peek(self, key: K) -> V | None: ...
+    @overload
+    def peek(self, key: K, default: D) -> V | D: ...
+    def peek(self, key: K, default: object = None) -> object:
+        """The value cached for ``key``, else ``default``, without making it the most recent: one dict read,
+        no lock (a read is atomic under the GIL, and CPython's dict lookup tolerates a concurrent write). For
+        a hot path's memo, whose entries then age from their :meth:`put`."""
+        return self._data.get(key, default)
+
     def put(self, key: K, value: V) -> V:
         """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``;
         returns ``value``."""

@@ -22,13 +22,15 @@ mesh the user bound to its devices.
 costs bounded memory. An evicted binding is recomputed on next use; a tensor *without* record on
 an evicted mesh reads back with its concrete mesh.
 
-All tables are safe to use from many threads (one re-entrant lock guards every write).
+All tables are safe to use from many threads. The mesh tables are :class:`LRUCache` s (each locked).
+A record is written in one dict operation, without a lock (every relayout writes one): the only
+other writer of its key is its tensor's weak-reference callback, which runs while that tensor is
+freed, when no other object can have its ``id`` yet.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, cast, final
@@ -38,7 +40,6 @@ import numpy as np
 from .._capabilities import Capability
 from .._checks import short_repr
 from .._config import CPU_DEVICES_ENV
-from .._dtypes import dtype_name as _canonical_dtype_name
 from .._errors import LayoutcoreError, LayoutError, NotDistributedError, UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._mesh import Mesh
@@ -55,6 +56,8 @@ __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue", "dtype_name", "known_dtype
 
 #: How many mesh bindings a driver keeps (each a few hundred bytes); the oldest is dropped first.
 MESH_TABLE_SIZE: Final = 1024
+#: How many relayout targets (layout, shape) a driver remembers as checked and bound; the oldest is dropped first.
+TARGET_TABLE_SIZE: Final = 1024
 
 
 class Driver(DriverHooks):
@@ -64,20 +67,20 @@ class Driver(DriverHooks):
     and ``docs/driver-authors.md``), and call ``super().__init__()`` from ``__init__``.
     """
 
-    _lc_lock: threading.RLock
     _lc_bound: LRUCache[Mesh, tuple[str, ...]]
     _lc_origin: LRUCache[Mesh, Mesh]
     _lc_records: dict[int, tuple[weakref.ref[Any], Layout]]
+    _lc_targets: LRUCache[tuple[Layout, tuple[int, ...], frozenset[Capability]], tuple[str, ...]]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Driver:
         # The front-end's tables are made here, not in __init__, so a driver whose __init__
         # forgets super().__init__() still works. Names start with _lc_ so that they cannot
         # collide with a driver's own attributes.
         self = super().__new__(cls)
-        self._lc_lock = threading.RLock()
         self._lc_bound = LRUCache(MESH_TABLE_SIZE)
         self._lc_origin = LRUCache(MESH_TABLE_SIZE)
         self._lc_records = {}
+        self._lc_targets = LRUCache(TARGET_TABLE_SIZE)
         return self
 
     def __init__(self) -> None:
@@ -151,6 +154,7 @@ class Driver(DriverHooks):
         """Drop every mesh binding (a driver whose devices change, e.g. a new torch process group)."""
         self._lc_bound.clear()
         self._lc_origin.clear()
+        self._lc_targets.clear()  # they hold bindings too
 
     @final
     def check_layout(self, layout: Any, global_shape: Sequence[int]) -> BoundLayout:
@@ -197,20 +201,19 @@ class Driver(DriverHooks):
         entry = records.get(key)
         if entry is not None and entry[0]() is tensor and (entry[1] is layout or entry[1] == layout):
             return tensor  # already recorded so: the common case of a no-op relayout
-        lock = self._lc_lock
 
         def forget(ref: weakref.ref[Any], key: int = key) -> None:
-            with lock:
-                current = records.get(key)
-                if current is not None and current[0] is ref:  # not a newer object that reuses the id
-                    del records[key]
+            # CPython calls this while ``tensor`` is being freed, before its memory is: no other object can
+            # have its id (the key) until it returns, so no newer record can appear under the key meanwhile.
+            current = records.get(key)
+            if current is not None and current[0] is ref:  # not a record that replaced this one
+                records.pop(key, None)
 
         try:
             ref = weakref.ref(tensor, forget)
         except TypeError:  # not weakly referenceable: fetch_layout reads it natively
             return tensor
-        with lock:
-            records[key] = (ref, layout)
+        records[key] = (ref, layout)  # one dict write, atomic: no lock (see forget)
         return tensor
 
     @final
@@ -397,32 +400,25 @@ class Driver(DriverHooks):
         traced = self._lc_traces and self.is_traced(tensor)
         if traced:
             self._require_traced("relayout", tensor)
-        layout = self.check_layout(layout, self.shape_of(tensor))
-        if not traced and self.recorded_layout(tensor) == layout:
+        shape = self.shape_of(tensor)
+        # A target checked and bound before (for this shape, under these capabilities) passes on the memo of
+        # that: check_layout and bind_mesh are pure in (layout, shape, capabilities) while the bindings stand
+        # (forget_meshes clears the memo), and what they refuse raises and is never remembered.
+        key = (layout, shape, self.capabilities) if type(layout) is Layout else None
+        devices = None if key is None else self._lc_targets.peek(key)
+        if devices is None:
+            layout = self.check_layout(layout, shape)
+        recorded = None if traced else self.recorded_layout(tensor)
+        if recorded is not None and recorded == layout:
             return tensor  # laid out so already, under this very record: nothing moves, nothing to record
-        devices = self.bind_mesh(layout.require_mesh())
+        if devices is None:
+            devices = self.bind_mesh(layout.require_mesh())
+            if key is not None:
+                self._lc_targets.put(key, devices)
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
-            # The mesh the front-end recorded for a hook's result (checked against the native truth
-            # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
-            # Fields, not Mesh copies: this runs on every call.
-            mesh = layout.require_mesh()
-            recorded = self.recorded_layout(tensor)
-            source = recorded.require_mesh() if recorded is not None else self.user_mesh(self.native_mesh(tensor))
-            source_devices = self.bind_mesh(source) if source.devices is None else source.devices
-            if (source.shape, source.axis_names, source.name, source_devices) != (
-                mesh.shape,
-                mesh.axis_names,
-                mesh.name,
-                devices,
-            ):
-                raise UnsupportedLayoutError(
-                    f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
-                    f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
-                    driver=self.name,
-                    feature=Capability.RELAYOUT_ACROSS_MESHES,
-                    value=layout,
-                )
-        result = self.native_relayout_planned(tensor, self.relayout_move(tensor, layout, devices))
+            self._require_same_mesh(tensor, layout, devices)
+        move = RelayoutMove._of(self, tensor, layout, devices, shape)  # type: ignore[arg-type]  # checked: it has a mesh
+        result = self.native_relayout_planned(tensor, move)
         if result is tensor:
             # The same object back: fine where it already has ``layout``. Where it differs only in
             # what the record restores (a mesh's name), the other handle's answer would change.
@@ -436,19 +432,47 @@ class Driver(DriverHooks):
         return self._record(result, layout)
 
     @final
+    def _require_same_mesh(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> None:
+        """Refuse a relayout of ``tensor`` onto another mesh than its own (``layout``'s is bound to ``devices``).
+
+        Raises:
+            UnsupportedLayoutError: ``feature=Capability.RELAYOUT_ACROSS_MESHES``.
+        """
+        # The mesh the front-end recorded for a hook's result (checked against the native truth
+        # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
+        # Fields, not Mesh copies: this runs on every call.
+        mesh = layout.require_mesh()
+        recorded = self.recorded_layout(tensor)
+        source = recorded.require_mesh() if recorded is not None else self.user_mesh(self.native_mesh(tensor))
+        source_devices = self.bind_mesh(source) if source.devices is None else source.devices
+        if (source.shape, source.axis_names, source.name, source_devices) != (
+            mesh.shape,
+            mesh.axis_names,
+            mesh.name,
+            devices,
+        ):
+            raise UnsupportedLayoutError(
+                f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
+                f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
+                driver=self.name,
+                feature=Capability.RELAYOUT_ACROSS_MESHES,
+                value=layout,
+            )
+
+    @final
     def relayout_move(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> RelayoutMove:
         """What :meth:`relayout` hands :meth:`native_relayout_planned`: ``layout`` (validated, its mesh
         bound to ``devices``), and the source layout read on first use: the front-end's record of
         ``tensor``, else its native layout, on its concrete mesh."""
+        layout.require_mesh()  # raises where it has none (a hook's layout always has one)
+        return RelayoutMove._of(self, tensor, layout, devices, self.shape_of(tensor))  # type: ignore[arg-type]  # it has a mesh
 
-        def read_source() -> Layout:
-            source = self.recorded_layout(tensor) or self._user_layout(self.native_fetch_layout(tensor))
-            mesh = source.require_mesh()
-            return source if mesh.devices is not None else Layout(source.axes, mesh.with_devices(self.bind_mesh(mesh)))
-
-        return RelayoutMove(
-            read_source, lambda: _canonical_dtype_name(tensor.dtype), layout, devices, self.shape_of(tensor)
-        )
+    @final
+    def _relayout_source(self, tensor: Any) -> Layout:
+        """A relayout's source: the front-end's record of ``tensor``, else its native layout, on its concrete mesh."""
+        source = self.recorded_layout(tensor) or self._user_layout(self.native_fetch_layout(tensor))
+        mesh = source.require_mesh()
+        return source if mesh.devices is not None else Layout(source.axes, mesh.with_devices(self.bind_mesh(mesh)))
 
     @final
     def fetch_layout(self, tensor: Any) -> Layout:

@@ -63,6 +63,9 @@ _global_choice: str | None = None
 #: Type of a value -> the registered drivers whose ``native_types`` name it (or a base), by name.
 #: Bounded by the number of distinct types passed in; cleared when a driver is registered.
 _by_type: dict[type, tuple[str, ...]] = {}
+# The Driver subclasses whose instances get_driver was handed: a subclass stays one, so its instances
+# pass on a set lookup. Bounded by the classes a program defines.
+_driver_types: set[type] = set()
 _context_choice: contextvars.ContextVar[str | None] = contextvars.ContextVar("layoutcore_driver", default=None)
 
 
@@ -176,7 +179,10 @@ def get_driver(name: str | Driver | None = None) -> Driver:
         DriverNotFoundError: no driver of that name is installed (lists the installed ones).
         DriverUnavailableError: a known driver whose framework is missing (with the install command).
     """
+    if type(name) in _driver_types:  # (isinstance with an ABC runs Python code: every call passes here)
+        return name  # type: ignore[return-value]  # an instance of a Driver subclass: the set holds only those
     if isinstance(name, Driver):
+        _driver_types.add(type(name))
         return name
     name = name or active_driver_name()
     try:
@@ -216,6 +222,8 @@ def driver_for(value: Any, driver: str | Driver | None = None) -> Driver:
     Raises:
         DriverNotFoundError, DriverUnavailableError: see :func:`get_driver`.
     """
+    if type(driver) in _driver_types:  # get_driver's first check, one call fewer: every data function passes here
+        return driver  # type: ignore[return-value]  # an instance of a Driver subclass: the set holds only those
     if driver is not None or _context_choice.get() is not None or _global_choice is not None:
         return get_driver(driver)
     if isinstance(value, HoldsValue):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+from .._dtypes import dtype_name
 from .._layout import BoundLayout, Layout
 from .._relayout_plan import RelayoutPlan, relayout_plan
 from .._relayout_schedule import RelayoutSchedule, relayout_schedule
@@ -23,6 +24,12 @@ __all__ = ["RelayoutMove"]
 _LOCK = threading.Lock()
 _PLANS: LRUCache[Any, RelayoutPlan] = LRUCache(256)
 _SCHEDULES: LRUCache[Any, RelayoutSchedule] = LRUCache(256)
+
+
+class _SourceReader(Protocol):
+    """What reads a front-end move's source layout (the front-end: :meth:`Driver._relayout_source`)."""
+
+    def _relayout_source(self, tensor: Any) -> Layout: ...
 
 
 def _concrete(layout: Layout, devices: tuple[str, ...]) -> Layout:
@@ -43,7 +50,22 @@ class RelayoutMove:
     pays nothing for them).
     """
 
-    __slots__ = ("_dtype", "_read_dtype", "_read_source", "_source", "_target", "devices", "layout", "shape")
+    __slots__ = (
+        "_dtype",
+        "_read_dtype",
+        "_read_source",
+        "_reader",
+        "_source",
+        "_target",
+        "_tensor",
+        "devices",
+        "layout",
+        "shape",
+    )
+    _read_source: Callable[[], Layout] | None
+    _read_dtype: Callable[[], str] | None
+    _reader: _SourceReader | None
+    _tensor: Any
 
     def __init__(
         self,
@@ -55,13 +77,28 @@ class RelayoutMove:
     ) -> None:
         self._read_source = read_source
         self._read_dtype = read_dtype
+        self._reader = self._tensor = None
         self._source: Layout | None = None
         self._dtype: str | None = None
-        layout.require_mesh()
-        self.layout = cast("BoundLayout", layout)
+        if layout.mesh is None:  # (not require_mesh() and cast() on every relayout: two calls)
+            layout.require_mesh()  # raises
+        self.layout: BoundLayout = layout  # type: ignore[assignment]  # its mesh is set: checked above
         self.devices = devices
         self._target: Layout | None = None
         self.shape = shape
+
+    @classmethod
+    def _of(
+        cls, reader: _SourceReader, tensor: Any, layout: BoundLayout, devices: tuple[str, ...], shape: tuple[int, ...]
+    ) -> RelayoutMove:
+        """The front-end's move of ``tensor`` (``layout`` checked and bound to ``devices``; ``shape`` its
+        global shape): its source is read by ``reader._relayout_source(tensor)``, its dtype from
+        ``tensor.dtype``, on first use. Made on every relayout, so without two closures and ``__init__``."""
+        move = object.__new__(cls)
+        move._reader, move._tensor, move._read_source, move._read_dtype = reader, tensor, None, None
+        move._source = move._dtype = move._target = None
+        move.layout, move.devices, move.shape = layout, devices, shape
+        return move
 
     @property
     def target(self) -> Layout:
@@ -74,7 +111,8 @@ class RelayoutMove:
     def dtype(self) -> str:
         """The dtype's canonical name (read once, when first asked)."""
         if self._dtype is None:
-            self._dtype = self._read_dtype()
+            read = self._read_dtype
+            self._dtype = dtype_name(self._tensor.dtype) if read is None else read()
         return self._dtype
 
     @classmethod
@@ -91,7 +129,8 @@ class RelayoutMove:
     def source(self) -> Layout:
         """The tensor's layout on its concrete mesh (read once, when first asked)."""
         if self._source is None:
-            self._source = self._read_source()
+            read, reader = self._read_source, self._reader
+            self._source = read() if read is not None else cast("_SourceReader", reader)._relayout_source(self._tensor)
         return self._source
 
     def reversed(self) -> RelayoutMove:
@@ -100,7 +139,7 @@ class RelayoutMove:
 
     def retyped(self, dtype: str) -> RelayoutMove:
         """The same move of another dtype of the same width (a bit view)."""
-        move = RelayoutMove(self._read_source, lambda: dtype, self.layout, self.devices, self.shape)
+        move = RelayoutMove(lambda: self.source, lambda: dtype, self.layout, self.devices, self.shape)
         move._source, move._dtype = self._source, dtype
         return move
 

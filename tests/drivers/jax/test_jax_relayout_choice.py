@@ -9,6 +9,7 @@ of shardings, shape and dtype, and never counts its measurement.
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -218,3 +219,62 @@ def test_host_copy_blocks_are_aligned_for_aliasing() -> None:
     block[...] = 1.0
     put = jax.device_put(block, jax.devices("cpu")[1])
     assert put.unsafe_buffer_pointer() == block.ctypes.data  # aliased, as the module docstring says
+
+
+# -- the per-call path's memos: each keyed by immutable values, none skips a check ----------------------
+def test_the_mode_is_read_as_os_environ_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_setting`` reads the setting without os.environ.get's raised KeyError; os.environ.get is its oracle."""
+    for value in (None, "collective", " host_copy ", "", "measure", "fastest"):
+        if value is None:
+            monkeypatch.delenv(choice.MODE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(choice.MODE_ENV, value)
+        assert choice._setting() == os.environ.get(choice.MODE_ENV)
+    for _ in range(2):  # a refused setting is refused on every call: the parse cache keeps no refusal
+        with pytest.raises(lc.ConfigurationError, match="'fastest'"):
+            choice._mode()
+    monkeypatch.setenv(choice.MODE_ENV, " host_copy ")
+    assert choice._mode() == "host_copy"
+    monkeypatch.delenv(choice.MODE_ENV)
+    assert choice._mode() == "measure"
+
+
+def test_a_made_choice_does_not_let_another_target_through(driver: JaxDriver) -> None:
+    """After a relayout onto a target is chosen and its check remembered, the same target for other shapes is
+    checked again: JAX lacks the uneven capability, and 12 rows do not split in 8 (12 % 8 == 4)."""
+    source, target = Layout([None, None], LINE), Layout(["x", None], LINE)
+    x = np.arange(16 * 4, dtype=np.float32).reshape(16, 4)
+    for _ in range(2):
+        out = lc.relayout(lc.distribute_tensor(x, source, driver=driver), target, driver=driver)
+        check_shards(out, x, target)
+    assert choice.chosen(lc.distribute_tensor(x, source, driver=driver), driver.named_sharding(target)) is not None
+    uneven = lc.distribute_tensor(np.ones((12, 4), np.float32), source, driver=driver)
+    rank3 = lc.distribute_tensor(np.ones((16, 4, 2), np.float32), Layout([None] * 3, LINE), driver=driver)
+    for _ in range(2):
+        with pytest.raises(lc.UnsupportedLayoutError) as info:
+            lc.relayout(uneven, target, driver=driver)
+        assert info.value.feature == "uneven"
+        with pytest.raises(lc.LayoutError):
+            lc.relayout(rank3, target, driver=driver)
+        with pytest.raises(lc.LayoutError):
+            lc.relayout(uneven, Layout(["x", None]), driver=driver)  # no mesh
+
+
+def test_a_seen_array_type_still_needs_a_named_sharding_and_no_tracer(driver: JaxDriver) -> None:
+    """is_distributed remembers the types of concrete arrays; an array of such a type on one device is still
+    no distributed tensor, and a tracer never is (its shape read as JAX gives it)."""
+    placed = lc.distribute_tensor(np.ones((8, 2), np.float32), Layout(["x", None], LINE), driver=driver)
+    assert driver.is_distributed(placed) and driver.shape_of(placed) == (8, 2)
+    single = jax.numpy.ones((3, 2))  # the same type, on one device
+    assert type(single) is type(placed) and not driver.is_distributed(single)
+    assert not driver.is_distributed(np.ones(3)) and not driver.is_distributed([1.0])
+    seen: list[tuple[bool, tuple[int, ...]]] = []
+
+    def inside(a: Any) -> Any:
+        seen.append((driver.is_distributed(a), driver.shape_of(a)))
+        return a
+
+    jax.jit(inside)(placed)
+    assert seen == [(False, (8, 2))]
+    with pytest.raises(lc.NotDistributedError):
+        lc.fetch_layout(single, driver=driver)
