@@ -6,9 +6,10 @@ starts, so it must not import anything of theirs.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._errors import LayoutcoreError
 
@@ -23,6 +24,7 @@ __all__ = [
     "checkpoint_barrier_timeout",
     "checkpoint_threads",
     "cpu_device_count",
+    "environ_setting",
 ]
 
 #: Environment variable: how many CPU devices each driver exposes in one process.
@@ -74,6 +76,34 @@ def checkpoint_threads() -> int:
     """
     default = min(MAX_DEFAULT_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     return _positive_setting(THREADS_ENV, max(1, default), int, "a positive integer")
+
+
+def environ_setting(name: str) -> str | None:
+    """``os.environ.get(name)``, for a setting read on every call (the active driver, JAX's relayout mode).
+
+    Where ``name`` is unset (the default), ``os.environ.get`` raises and catches a ``KeyError`` inside
+    (0.7 us). CPython's ``os.environ`` keeps the encoded table it reads in ``_data``, and every write
+    through ``os.environ`` (``monkeypatch.setenv`` too) updates it: read it directly where it is there.
+    """
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if not isinstance(data, dict):
+        return environ.get(name)
+    raw = data.get(_encoded(name))
+    return None if raw is None else _decoded(raw)
+
+
+# Keyed by a setting's name (a str) and by its raw value (bytes): immutable, and their codings never change.
+# Bounded: a process cycling through values decodes again.
+@functools.lru_cache(maxsize=64)
+def _encoded(name: str) -> Any:
+    return os.environ.encodekey(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _decoded(raw: Any) -> str:
+    decoded: str = os.environ.decodevalue(raw)
+    return decoded
 
 
 def _positive_setting(env: str, default: _Number, parse: Callable[[str], _Number], what: str) -> _Number:

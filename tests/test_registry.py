@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import threading
 import warnings
 
@@ -137,6 +138,22 @@ def test_a_driver_instance_is_used_as_given_and_anything_else_is_refused() -> No
             get_driver(bad)  # type: ignore[arg-type]
         with pytest.raises(DriverNotFoundError):
             _registry.driver_for(np.ones(2), bad)  # type: ignore[arg-type]
+
+
+def test_environ_setting_reads_what_os_environ_get_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """environ_setting reads os.environ's own table; os.environ.get is its oracle, through set, change, unset."""
+    from layoutcore.driver import DRIVER_ENV, environ_setting
+
+    name = "LAYOUTCORE_TEST_SETTING"
+    for value in ("jax", "", " numpy ", "caf\u00e9", "x" * 300, "jax"):
+        monkeypatch.setenv(name, value)
+        assert environ_setting(name) == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert environ_setting(name) is None and os.environ.get(name) is None
+    monkeypatch.setenv(DRIVER_ENV, " numpy ")
+    assert active_driver_name() == "numpy"
+    monkeypatch.delenv(DRIVER_ENV)
+    assert active_driver_name() == "numpy"  # the default
 
 
 def test_set_driver_and_use_driver_check_the_name_first() -> None:

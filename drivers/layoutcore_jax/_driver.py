@@ -384,7 +384,8 @@ class JaxDriver(Driver):
             # device_put between meshes) hand a zero-size result back replicated or refuse its shard
             # shapes (measured, jax 0.10.2): the empty target is made directly on the target sharding.
             return _array(self._jax.device_put(np.zeros(tensor.shape, tensor.dtype), self._sharding(layout, devices)))
-        if tensor.dtype in self._quieted:  # dtype objects, not names: dtype.name runs Python code in NumPy
+        dtype = tensor.dtype
+        if dtype in self._quieted:  # dtype objects, not names: dtype.name runs Python code in NumPy
             # XLA's CPU collectives turn every bfloat16 NaN into the one quiet NaN (0x7fc1 -> 0x7fc0;
             # measured, jax 0.10.2), and its ppermute does the same to float8_e5m2 (0x7e -> 0x7f): the
             # bits of these small floats move as same-width unsigned ints (an elementwise view keeps the sharding).
@@ -394,7 +395,7 @@ class JaxDriver(Driver):
             return _array(bitcast(moved, tensor.dtype))
         # Every call passes here: each function call costs (the cache's lookup is _sharding's, inlined).
         sharding = self._shardings.peek(layout) or self._sharding(layout, devices)
-        planned = _relayout_choice.relayout_at_floor(self, tensor, move, sharding)
+        planned = _relayout_choice.relayout_at_floor(self, tensor, move, sharding, dtype)
         if planned is not None:  # device_put would move more than relayout_plan's floor
             return planned
         out: jax.Array = self._jax.device_put(tensor, sharding)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from layoutcore import ConfigurationError, Layout
-from layoutcore.driver import LRUCache, RelayoutMove, aligned_empty
+from layoutcore.driver import LRUCache, RelayoutMove, aligned_empty, environ_setting
 
 from . import _relayout
 
@@ -112,18 +111,8 @@ def _mode() -> str:
 
 
 def _setting() -> str | None:
-    """``os.environ.get(MODE_ENV)``, on every relayout: where the name is unset (the default) that raises and
-    catches a KeyError inside ``os.environ`` (0.7 us). CPython's ``os.environ`` reads its encoded table
-    ``_data``, which every write through ``os.environ`` updates; read it directly where it is there."""
-    environ = os.environ
-    data = getattr(environ, "_data", None)
-    if not isinstance(data, dict):
-        return environ.get(MODE_ENV)
-    raw = data.get(_MODE_KEY)
-    return None if raw is None else environ.decodevalue(raw)
-
-
-_MODE_KEY = os.environ.encodekey(MODE_ENV)
+    """``os.environ.get(MODE_ENV)``, read on every relayout (:func:`layoutcore.driver.environ_setting`)."""
+    return environ_setting(MODE_ENV)
 
 
 # Keyed by the setting's text (an immutable str or None), whose parse never changes; a refused setting raises
@@ -137,22 +126,24 @@ def _parsed_mode(setting: str | None) -> str:
 
 
 def relayout_at_floor(
-    driver: _relayout.JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any
+    driver: _relayout.JaxDriver, tensor: jax.Array, move: RelayoutMove, sharding: Any, dtype: Any = None
 ) -> jax.Array | None:
     """``tensor`` laid out by ``move``'s target (``sharding``) by the cheapest move at the floor, or ``None``
     where that is ``device_put`` (the driver runs it). Across processes always ``None`` (``device_put``:
-    its collectives span the processes). See the module docstring for the choice.
+    its collectives span the processes). See the module docstring for the choice. ``dtype``: ``tensor.dtype``
+    where the caller has read it (every relayout passes here).
 
     Raises:
         ConfigurationError: :data:`MODE_ENV` names no candidate.
     """
     if driver._multiprocess:
         return None
-    mode = _parsed_mode(_setting())  # _mode(), one call fewer: every relayout passes here
+    mode = _parsed_mode(environ_setting(MODE_ENV))  # _mode(), one call fewer: every relayout passes here
     # The shardings decide everything (devices, blocks): one choice per pair, shape and dtype, so that
     # a repeated relayout pays a dictionary lookup, not a plan. A peek, not a get: no lock, and the
     # choice ages from when it was made (evicted, it is made again from the size class's winner).
-    key = (mode, tensor.sharding, sharding, move.shape, tensor.dtype)  # move.shape: tensor.shape, already read
+    # move.shape: tensor.shape, already read
+    key = (mode, tensor.sharding, sharding, move.shape, tensor.dtype if dtype is None else dtype)
     found = _CHOSEN.peek(key)
     if found is None:
         found = _CHOSEN.put(key, _choose_for(driver, tensor, move, sharding, mode))

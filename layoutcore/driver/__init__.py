@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import _dtypes
 from .._capabilities import Capability, Feature, Limitation
-from .._config import CPU_DEVICES_ENV, cpu_device_count
+from .._config import CPU_DEVICES_ENV, cpu_device_count, environ_setting
 from .._devices import canonical_device, canonical_devices
 from .._dtypes import *  # noqa: F403  (the dtype helpers, one source: their __all__ is ours too)
 from .._layout import BoundLayout
@@ -55,6 +55,7 @@ __all__ = [
     "canonical_devices",
     "cpu_device_count",
     "driver_infos",
+    "environ_setting",
     "register_driver",
     "relayout_schedule",
     "required_capabilities",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar, overload
+from typing import Generic, Protocol, TypeVar, cast, overload
 
 __all__ = ["LRUCache"]
 
@@ -20,6 +20,17 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 D = TypeVar("D")
 _MISSING: object = object()
+
+
+_KC = TypeVar("_KC", contravariant=True)
+_VC = TypeVar("_VC", covariant=True)
+
+
+class _Peek(Protocol[_KC, _VC]):
+    @overload
+    def __call__(self, key: _KC, /) -> _VC | None: ...
+    @overload
+    def __call__(self, key: _KC, default: D, /) -> _VC | D: ...
 
 
 class LRUCache(Generic[K, V]):
@@ -36,7 +47,13 @@ class LRUCache(Generic[K, V]):
         ValueError: ``maxsize`` is not a positive int (at construction).
     """
 
-    __slots__ = ("_data", "_lock", "maxsize")
+    __slots__ = ("_data", "_lock", "maxsize", "peek")
+
+    #: ``peek(key[, default])``: the value cached for ``key``, else ``default`` (``None``), without making it
+    #: the most recent and without the lock: the dict's own ``get`` (a C call, no Python frame, for a lookup
+    #: on every call; a read is atomic under the GIL, and CPython's dict lookup tolerates a concurrent
+    #: write). Entries read only so age from their :meth:`put`.
+    peek: _Peek[K, V]
 
     def __init__(self, maxsize: int) -> None:
         if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 1:
@@ -44,6 +61,7 @@ class LRUCache(Generic[K, V]):
         self.maxsize = maxsize
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        self.peek = cast("_Peek[K, V]", self._data.get)  # its overloads are dict.get's, typed as the cache's
 
     @overload
     def get(self, key: K) -> V | None: ...
@@ -57,16 +75,6 @@ class LRUCache(Generic[K, V]):
                 return default
             self._data.move_to_end(key)
             return value
-
-    @overload
-    def peek(self, key: K) -> V | None: ...
-    @overload
-    def peek(self, key: K, default: D) -> V | D: ...
-    def peek(self, key: K, default: object = None) -> object:
-        """The value cached for ``key``, else ``default``, without making it the most recent: one dict read,
-        no lock (a read is atomic under the GIL, and CPython's dict lookup tolerates a concurrent write). For
-        a hot path's memo, whose entries then age from their :meth:`put`."""
-        return self._data.get(key, default)
 
     def put(self, key: K, value: V) -> V:
         """Cache ``value`` for ``key`` as the most recent entry, evicting the least recent past ``maxsize``;

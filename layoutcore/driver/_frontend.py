@@ -408,7 +408,8 @@ class Driver(DriverHooks):
         devices = None if key is None else self._lc_targets.peek(key)
         if devices is None:
             layout = self.check_layout(layout, shape)
-        recorded = None if traced else self.recorded_layout(tensor)
+        entry = None if traced else self._lc_records.get(id(tensor))  # recorded_layout, inlined: every call
+        recorded = entry[1] if entry is not None and entry[0]() is tensor else None
         if recorded is not None and recorded == layout:
             return tensor  # laid out so already, under this very record: nothing moves, nothing to record
         if devices is None:

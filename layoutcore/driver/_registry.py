@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib.util
-import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .._capabilities import Capability
-from .._config import ConfigurationError
+from .._config import ConfigurationError, environ_setting
 from .._errors import DriverNotFoundError, DriverUnavailableError
 from ._frontend import Driver, HoldsValue
 
@@ -169,7 +168,7 @@ def _install_hint(name: str, factory: DriverFactory) -> str:
 
 def active_driver_name() -> str:
     """The name the selection rules give now (without loading the driver)."""
-    return _context_choice.get() or _global_choice or os.environ.get(DRIVER_ENV, "").strip() or DEFAULT_DRIVER
+    return _context_choice.get() or _global_choice or (environ_setting(DRIVER_ENV) or "").strip() or DEFAULT_DRIVER
 
 
 def get_driver(name: str | Driver | None = None) -> Driver:
@@ -181,14 +180,13 @@ def get_driver(name: str | Driver | None = None) -> Driver:
     """
     if type(name) in _driver_types:  # (isinstance with an ABC runs Python code: every call passes here)
         return name  # type: ignore[return-value]  # an instance of a Driver subclass: the set holds only those
-    if isinstance(name, Driver):
+    if type(name) is not str and isinstance(name, Driver):
         _driver_types.add(type(name))
         return name
     name = name or active_driver_name()
-    try:
-        return _instances[name]
-    except KeyError:
-        pass
+    found = _instances.get(name)  # junk is looked up as a name too, and refused below
+    if found is not None:
+        return found
     factory = _load_class(name)
     missing = _missing_requirements(factory)
     if missing:
