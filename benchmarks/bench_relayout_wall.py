@@ -15,13 +15,15 @@
   addressable array that no source shard already holds takes another path, through host memory
   (jax 0.10.2 ``shard_sharded_device_array_slow_path`` gathers the whole array with ``x._value``
   and scatters it again), so on CPU devices it runs no collective at all. Each round runs every
-  contender once in a rotating order, each call waited for (``block_until_ready``), on a new Array
-  over the same buffers; the minimum and the median over rounds are reported (the machine is
-  shared: ratios of minima judge the target). The warm-up call makes the driver's one-time
+  contender once in a shuffled order (seeded; see ``_interleaved``), each call waited for
+  (``block_until_ready``), on a new Array over the same buffers; the minimum and the median over
+  rounds are reported (the machine is shared: ratios of minima judge the target). The warm-up call makes the driver's one-time
   choice among its moves at the floor (``layoutcore_jax._relayout_choice``: ``device_put``,
   ``jit_reshard``, the ``collective`` plan, ``host_copy``), recorded per case as *chosen*. Target:
   ``layoutcore / best_native <= 1.1``, *best_native* the faster of ``device_put`` and
-  *jit_reshard*. ``jax-64mib`` runs the same at 4096x4096 (64 MiB, the torch gloo size), 15 rounds.
+  *jit_reshard*. 100 rounds: at 30, two contenders running the same move (*layoutcore* and *before* where
+  ``device_put`` is chosen) differed by up to 18% at the minimum on the shared 2-core host, more than the
+  target's margin. ``jax-64mib`` runs the same at 4096x4096 (64 MiB, the torch gloo size), 30 rounds.
 * **torch gloo** (4 processes on 127.0.0.1, one rank each, 4096x4096 float32 = 64 MiB):
   ``lc.relayout`` against ``DTensor.redistribute`` on a 2x2 mesh; each call starts after a barrier
   and its time is the slowest rank's. Target ``layoutcore / redistribute <= 1.0`` on the changed
@@ -38,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -58,21 +61,28 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _interleaved(
     contenders: dict[str, Callable[..., Any]], rounds: int, fresh: Callable[[], Any] | None = None
 ) -> dict[str, list[float]]:
-    """Seconds of each call per contender; round ``r`` runs them starting at contender ``r mod n``.
+    """Seconds of each call per contender; each round runs every contender once, in an order of its own.
+
+    The order is shuffled per round (seeded: the same sequence every run), so that each contender follows
+    each other about equally often. Rotating one fixed order (round ``r`` starting at contender ``r mod n``)
+    kept the cyclic order, so a contender always ran right after the same one. With the dict order of
+    ``measure_jax``, *layoutcore* always followed *jit_reshard* (1-2 ms of XLA work): on None -> x its median
+    was 311 us against device_put's 243 us; with the order reversed, *before* followed *jit_reshard* and took
+    the 60-70 us instead, and layoutcore's median was 1.07x device_put's (measured, jax 0.10.2, 2 cores).
 
     With ``fresh``, every call gets ``fresh()``'s result as its argument, made before the clock starts.
     """
     names = list(contenders)
     times: dict[str, list[float]] = {n: [] for n in names}
+    order = random.Random(0)
 
     def arguments() -> tuple[Any, ...]:
         return () if fresh is None else (fresh(),)
 
     for n in names:  # warm-up (compilation, caches)
         contenders[n](*arguments())
-    for r in range(rounds):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
             call_args = arguments()
             start = time.perf_counter()
             contenders[name](*call_args)
@@ -103,7 +113,7 @@ def _summary(times: dict[str, list[float]], pairs: list[tuple[str, str]]) -> dic
 # ------------------------------------------------------------------------------------------------
 # JAX
 # ------------------------------------------------------------------------------------------------
-def measure_jax(rounds: int = 30, shape: tuple[int, int] = (2048, 2048)) -> dict[str, Any]:
+def measure_jax(rounds: int = 100, shape: tuple[int, int] = (2048, 2048)) -> dict[str, Any]:
     import jax
     import numpy as np
     from layoutcore_jax import _relayout, _relayout_choice
@@ -338,7 +348,7 @@ def main(argv: list[str]) -> int:
         return 0
     measures = {
         "jax": measure_jax,
-        "jax-64mib": functools.partial(measure_jax, 15, (4096, 4096)),
+        "jax-64mib": functools.partial(measure_jax, 30, (4096, 4096)),
         "torch-gloo": measure_torch_gloo,
         "torch-simulation": measure_torch_simulation,
     }
