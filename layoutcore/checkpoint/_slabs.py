@@ -47,7 +47,7 @@ __all__ = [
 #: Bytes of the little-endian CRC-32C stored after a checksummed piece.
 CRC_BYTES = 4
 #: A slab's bytes (whole rows of the piece's first axis; one row if a row is larger).
-SLAB_BYTES = 1 << 20
+SLAB_BYTES = 4 << 20
 #: The alignment, in bytes, of a read's destination relative to its file offset at which the
 #: kernel's copy out of the page cache runs at full speed.
 #:
