@@ -406,7 +406,8 @@ def read_boxes(
                 sizes = tuple(e - s for s, e in zip(a, z, strict=True))
                 src = np.ndarray(sizes, dtype=dtype, buffer=buf, offset=first, strides=strides)
                 box_off = reads.boxes[b][0]
-                dst = out[b][(*(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True)), ...)]
+                where: tuple[Any, ...] = tuple(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True))
+                dst = out[b][(*where, Ellipsis)]  # the Ellipsis keeps a 0-d destination an array, not a scalar
                 np.copyto(dst, src, casting="no")
     finally:
         if own:
