@@ -32,7 +32,10 @@ memory (8 simulated CPU devices on every driver).
   pageable host memory), ``jax_device_put`` (from pageable NumPy).
 
 **Loaders**: ``checkpoint.load`` into new tensors (NumPy, JAX, torch) and ``into=`` existing
-ones (``verify`` on and off). Safetensors: layoutcore loading the file under columns onto NumPy,
+ones (``verify`` on and off): NumPy tensors made of ``np.zeros`` components (``into_rows``,
+``into_cols``: NumPy's own allocations, 16 bytes past a page) and the tensors of a previous load
+(``into_loaded_*``: what a loop that reloads every step passes; the loader's blocks are 64-byte
+aligned, on transparent huge pages). Safetensors: layoutcore loading the file under columns onto NumPy,
 JAX and torch, against ``safetensors.numpy.load_file`` plus the move onto the same layouts
 (``distribute_tensor`` onto NumPy, whose blocks are views of the arrays; ``jax.device_put`` to the
 column sharding; ``distribute_tensor`` onto torch DTensors) and against the bounds
@@ -271,7 +274,14 @@ def _gpu_copies(total: int) -> dict[str, Callable[[], Any]]:
 
 def _ours(s: Setup) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     into_rows, into_cols = s.numpy_zeros(s.rows), s.numpy_zeros(s.cols)
+    # what a loop that loads every step passes: the arrays of the previous load
+    loaded_rows = checkpoint.load(s.ckpt, s.rows_t, driver="numpy")
+    loaded_cols = checkpoint.load(s.ckpt, s.cols_t, driver="numpy")
     out: dict[str, Callable[[], Any]] = {
+        "into_loaded_rows": lambda: checkpoint.load(s.ckpt, into=loaded_rows),
+        "into_loaded_cols": lambda: checkpoint.load(s.ckpt, into=loaded_cols),
+        "into_loaded_rows_noverify": lambda: checkpoint.load(s.ckpt, into=loaded_rows, verify=False),
+        "into_loaded_cols_noverify": lambda: checkpoint.load(s.ckpt, into=loaded_cols, verify=False),
         "load_new_rows": lambda: checkpoint.load(s.ckpt, s.rows_t, driver="numpy"),
         "load_new_cols": lambda: checkpoint.load(s.ckpt, s.cols_t, driver="numpy"),
         "into_rows": lambda: checkpoint.load(s.ckpt, into=into_rows),
@@ -280,7 +290,7 @@ def _ours(s: Setup) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
         "into_cols_noverify": lambda: checkpoint.load(s.ckpt, into=into_cols, verify=False),
         "st_load_numpy_cols": lambda: checkpoint.load(s.st, s.cols_t, driver="numpy"),
     }
-    return out, {"into_rows": into_rows, "into_cols": into_cols}
+    return out, {"into_rows": into_rows, "into_cols": into_cols, "loaded": (loaded_rows, loaded_cols)}
 
 
 def _frameworks(s: Setup, device: dict[str, Any]) -> dict[str, Callable[[], Any]]:
@@ -411,6 +421,10 @@ def _targets(t: int) -> dict[str, tuple[str, str, float, str]]:
         "into_rows_vs_preadv_crc_prealloc": (crc, "into_rows", 0.9, "ge"),
         "into_cols_vs_preadv_crc_prealloc": (crc, "into_cols", 0.9, "ge"),
         "into_cols_noverify_cold_vs_preadv_prealloc_cold": (f"{pre}_cold", "into_cols_noverify_cold", 0.9, "ge"),
+        "into_loaded_rows_noverify_vs_preadv_prealloc": (pre, "into_loaded_rows_noverify", 0.9, "ge"),
+        "into_loaded_cols_noverify_vs_preadv_prealloc": (pre, "into_loaded_cols_noverify", 0.9, "ge"),
+        "into_loaded_rows_vs_preadv_crc_prealloc": (crc, "into_loaded_rows", 0.9, "ge"),
+        "into_loaded_cols_vs_preadv_crc_prealloc": (crc, "into_loaded_cols", 0.9, "ge"),
         "load_new_rows_vs_fromfile_kept": ("fromfile_kept", "load_new_rows", 0.8, "ge"),
         "load_new_cols_vs_fromfile_kept": ("fromfile_kept", "load_new_cols", 0.8, "ge"),
         "load_new_rows_cold_vs_fromfile_kept_cold": ("fromfile_kept_cold", "load_new_rows_cold", 0.8, "ge"),
@@ -513,6 +527,7 @@ def _measure(
         "into_cols_noverify": peak_rss_growth(ours["into_cols_noverify"]),
         "into_cols": peak_rss_growth(ours["into_cols"]),
         "into_rows": peak_rss_growth(ours["into_rows"]),
+        "into_loaded_cols": peak_rss_growth(ours["into_loaded_cols"]),
         "load_new_cols_beyond_data": peak_rss_growth(ours["load_new_cols"]) - s.nbytes,
     }
     if "into_cols_torch" in frameworks:

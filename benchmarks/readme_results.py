@@ -424,6 +424,16 @@ _DEVICE_LOAD_ROWS = (
     ("into_rows_vs_preadv_crc_prealloc", "`load(into=...)`, saved layout, checksums / `preadv` + CRC-32C"),
     ("into_cols_vs_preadv_crc_prealloc", "`load(into=...)`, rows → columns, checksums / `preadv` + CRC-32C"),
     ("into_cols_noverify_cold_vs_preadv_prealloc_cold", "`load(into=...)`, rows → columns, cold / `preadv`, cold"),
+    (
+        "into_loaded_rows_noverify_vs_preadv_prealloc",
+        "`load(into=` a previous load's arrays`)`, saved layout, `verify=False` / `preadv`",
+    ),
+    (
+        "into_loaded_cols_noverify_vs_preadv_prealloc",
+        "`load(into=` a previous load's arrays`)`, rows → columns, `verify=False` / `preadv`",
+    ),
+    ("into_loaded_rows_vs_preadv_crc_prealloc", "`load(into=` a previous load's arrays`)`, saved layout, checksums"),
+    ("into_loaded_cols_vs_preadv_crc_prealloc", "`load(into=` a previous load's arrays`)`, rows → columns, checksums"),
     ("load_new_rows_vs_fromfile_kept", "`load` new arrays, saved layout, warm / `np.fromfile`, arrays kept"),
     ("load_new_cols_vs_fromfile_kept", "`load` new arrays, rows → columns, warm / `np.fromfile`, arrays kept"),
     ("load_new_rows_cold_vs_fromfile_kept_cold", "`load` new arrays, saved layout, cold / `np.fromfile`, cold"),

@@ -204,6 +204,8 @@ class Geometry:
         files: the files of ``ranges`` (relative to the tensor's node, or absolute).
         read_bytes: total bytes of ``ranges``.
         direct: :func:`direct_slots` of ``reads``, for a load.
+        phase: where new blocks' data start past a 64-byte boundary (``aligned_empty``'s
+            ``phase``): 0, or, for a tensor read whole onto NumPy, its file offset's phase.
     """
 
     boxes: tuple[Box, ...]
@@ -214,6 +216,7 @@ class Geometry:
     files: tuple[str, ...]
     read_bytes: int
     direct: tuple[tuple[int, int, int] | None, ...] | None = None
+    phase: int = 0
 
 
 @dataclass(slots=True)

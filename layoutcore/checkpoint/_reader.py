@@ -65,7 +65,7 @@ class Readers(ThreadWork):
         super().__init__(threads, "layoutcore-load")
         self.source, self.verify = source, verify
 
-    def _fill(self, tl: TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range | None) -> None:
+    def _fill(self, tl: TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range | None, bounce: bool) -> None:
         reads = tl.geometry.reads
         if reads is None:
             self.source.decode(tl.path, tl.geometry.boxes, outs)
@@ -83,6 +83,7 @@ class Readers(ThreadWork):
             verify=self.verify,
             direct=tl.geometry.direct,
             pieces=pieces,
+            bounce=bounce,
         )
 
     def _start(self, tl: TensorLoad, given: Any = None) -> tuple[TensorLoad, list[np.ndarray[Any, Any]], list[Any]]:
@@ -93,15 +94,15 @@ class Readers(ThreadWork):
             outs = given  # the destination's own host memory (checkpoint._staging.host_views)
         elif geo.direct is not None and None not in geo.direct:
             outs = [  # each chunk read straight into its block
-                aligned_empty(sizes, dtype) for sizes in shapes
+                aligned_empty(sizes, dtype, phase=geo.phase) for sizes in shapes
             ]
         else:
             outs = _blocks(dtype, shapes)
         if self.pool is None or geo.read_bytes < INLINE_BYTES:  # a thread hop costs more
-            self._fill(tl, outs, None)
+            self._fill(tl, outs, None, given is not None)
             return tl, outs, []
         parts = [None] if geo.reads is None else _piece_parts(geo.reads, self.threads)
-        return tl, outs, [self.pool.submit(self._fill, tl, outs, part) for part in parts]
+        return tl, outs, [self.pool.submit(self._fill, tl, outs, part, given is not None) for part in parts]
 
     def read(
         self, plans: Sequence[TensorLoad], dest: Callable[[TensorLoad], Any] | None = None

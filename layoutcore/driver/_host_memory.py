@@ -35,26 +35,33 @@ ALIGN = 64
 HUGE_PAGE = 2 << 20
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray[Any, Any]:
+def aligned_empty(shape: tuple[int, ...], dtype: Any = np.uint8, *, phase: int = 0) -> np.ndarray[Any, Any]:
     """An uninitialised C-contiguous array of ``shape`` and ``dtype`` whose data starts :data:`ALIGN`-byte
     aligned, and huge-page aligned on transparent huge pages from :data:`HUGE_PAGE` bytes on.
+
+    ``phase`` (``0 <= phase < ALIGN``, a multiple of the dtype's alignment) starts the data that
+    many bytes past the boundary instead: a block that no framework adopts (NumPy's own, whose
+    arrays need no alignment) read from a file offset at that phase then takes the kernel's fast
+    copy (``layoutcore.checkpoint._slabs.COPY_ALIGN``).
 
     A block of no bytes is a plain ``np.empty`` (there is no data to align: NumPy's pointer of an
     empty view is arbitrary).
 
     Raises:
-        Nothing beyond NumPy's ``MemoryError``.
+        ValueError: ``phase`` out of range or not a multiple of the dtype's alignment.
     """
     dtype = np.dtype(dtype)
+    if not 0 <= phase < ALIGN or phase % dtype.alignment:
+        raise ValueError(f"phase {phase} is not in [0, {ALIGN}) or not a multiple of {dtype}'s alignment")
     nbytes = math.prod(shape) * dtype.itemsize
     if not nbytes:
         return np.empty(shape, dtype)
     align = HUGE_PAGE if nbytes >= HUGE_PAGE else ALIGN
-    raw = np.empty(nbytes + align, dtype=np.uint8)
+    raw = np.empty(nbytes + align + phase, dtype=np.uint8)
     skip = -raw.ctypes.data % align
-    out = raw[skip : skip + nbytes]
+    out = raw[skip + phase : skip + phase + nbytes]
     if align == HUGE_PAGE:
-        _huge_pages(out.ctypes.data, nbytes, raw.ctypes.data + raw.nbytes)
+        _huge_pages(out.ctypes.data - phase, nbytes + phase, raw.ctypes.data + raw.nbytes)
     block: np.ndarray[Any, Any] = out.view(dtype).reshape(shape)
     return block
 

@@ -3,6 +3,7 @@ the parts of several blocks. Oracle: the saved NumPy arrays sliced by the layout
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import layoutcore as lc
 from layoutcore import CheckpointError, Layout, Mesh, checkpoint
 from layoutcore.checkpoint import _read_plan, _scatter
+from layoutcore.driver import ALIGN, aligned_empty
 
 MESH = Mesh((4,), ("x",))
 
@@ -67,12 +69,20 @@ def test_scatter_reads_safetensors_columns_and_into(tmp_path: Path, spy: list[bo
     out = checkpoint.load(file, {"w": cols}, driver="numpy")
     assert not spy  # new NumPy tensors: read whole, the blocks views of it (checkpoint/_whole.py)
     _blocks_equal(out["w"], value, cols)
-    into = {
-        "w": lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes(value.shape)], cols, global_shape=value.shape)
-    }
-    filled = checkpoint.load(file, into=into)  # each component its own memory: scattered into
-    assert spy and spy[0]
+    raw = file.read_bytes()
+    header_end = 8 + int.from_bytes(raw[:8], "little")
+    phase = (header_end + json.loads(raw[8:header_end])["w"]["data_offsets"][0]) % ALIGN
+    shapes = cols.local_shapes(value.shape)
+    # each component its own memory, at the file's phase: scattered into
+    into = {"w": lc.pack([aligned_empty(s, np.float32, phase=phase) for s in shapes], cols, global_shape=value.shape)}
+    filled = checkpoint.load(file, into=into)
+    assert spy == [True]
     _blocks_equal(filled["w"], value, cols)
+    # memory off the file's phase (a multiple of 16 bytes off): read through the phased slab instead
+    spy.clear()
+    off = {"w": lc.pack([aligned_empty(s, np.float32, phase=(phase + 16) % ALIGN) for s in shapes], cols)}
+    _blocks_equal(checkpoint.load(file, into=off)["w"], value, cols)
+    assert spy == [False]
 
 
 def test_uneven_and_small_parts_fall_back(tmp_path: Path, spy: list[bool]) -> None:
