@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from .._errors import CheckpointError
-from ._slabs import COPY_ALIGN
 
 __all__ = ["MIN_PART", "scatter_read"]
 
@@ -92,21 +91,9 @@ def _tiles(pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int
 
 
 def scatter_read(
-    fd: int,
-    pr: Any,
-    piece: Any,
-    reads: Any,
-    out: Sequence[np.ndarray],
-    item: int,
-    where: tuple[str, str, str],
-    bounce: bool = False,
+    fd: int, pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, where: tuple[str, str, str]
 ) -> bool:
     """Read piece ``pr`` (whole, plus its stored checksum bytes, unchecked) straight into ``out``.
-
-    With ``bounce`` (memory the loader did not allocate), a piece whose parts are misaligned to
-    their file offsets (``_slabs.COPY_ALIGN``) does not qualify: into NumPy's own arrays (16 bytes
-    past a page) the slab path's copy out of a phased buffer ran 1.1x faster than the kernel's
-    misaligned copy of every 2 KiB part (1 GiB rows -> columns, 4 MiB slabs).
 
     Returns:
         False where the piece does not qualify (nothing was read: the caller reads it otherwise).
@@ -120,10 +107,6 @@ def scatter_read(
     if iov is None:
         return False
     offset = piece.offset
-    if bounce:
-        at = offset + np.concatenate([[0], np.cumsum(iov[:-1, 1], dtype=np.uint64)]).astype(np.uint64)
-        if bool(((iov[:, 0] - at) % np.uint64(COPY_ALIGN)).any()):
-            return False
     extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
     if extra:
         tail = np.empty(extra, dtype=np.uint8)

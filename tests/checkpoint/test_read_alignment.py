@@ -154,5 +154,4 @@ def test_row_parts_scattered_into_blocks_at_every_phase_are_bit_exact(
     read_boxes(str(tmp_path), plan_tensor(tensor, boxes), outs, checkpoint="ck", verify=False, bounce=bounce)
     for out, (start, size) in zip(outs, boxes, strict=True):
         assert out.tobytes() == value[:, start[1] : start[1] + size[1]].tobytes()
-    # memory the loader did not allocate, misaligned to the file: the slab path instead of the scatter
-    assert answers == [not (bounce and phase % 32)]
+    assert answers == [True]  # scattered at every phase: through a buffer measured no faster for 2 KiB parts
