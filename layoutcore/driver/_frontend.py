@@ -50,7 +50,7 @@ from ._dtype_names import dtype_name, known_dtype_name
 from ._holds_value import HoldsValue
 from ._hooks import DriverHooks, dtype_refusal
 from ._pack import checked_pack
-from ._relayout_move import RelayoutMove
+from ._relayout_move import RelayoutMove, require_same_mesh
 
 __all__ = ["MESH_TABLE_SIZE", "Driver", "HoldsValue", "dtype_name", "known_dtype_name"]
 
@@ -417,7 +417,7 @@ class Driver(DriverHooks):
             if key is not None:
                 self._lc_targets.put(key, devices)
         if Capability.RELAYOUT_ACROSS_MESHES not in self.capabilities:
-            self._require_same_mesh(tensor, layout, devices)
+            require_same_mesh(self, tensor, layout, devices)
         move = RelayoutMove._of(self, tensor, layout, devices, shape)  # type: ignore[arg-type]  # checked: it has a mesh
         result = self.native_relayout_planned(tensor, move)
         if result is tensor:
@@ -431,34 +431,6 @@ class Driver(DriverHooks):
                     value=layout,
                 )
         return self._record(result, layout)
-
-    @final
-    def _require_same_mesh(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> None:
-        """Refuse a relayout of ``tensor`` onto another mesh than its own (``layout``'s is bound to ``devices``).
-
-        Raises:
-            UnsupportedLayoutError: ``feature=Capability.RELAYOUT_ACROSS_MESHES``.
-        """
-        # The mesh the front-end recorded for a hook's result (checked against the native truth
-        # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
-        # Fields, not Mesh copies: this runs on every call.
-        mesh = layout.require_mesh()
-        recorded = self.recorded_layout(tensor)
-        source = recorded.require_mesh() if recorded is not None else self.user_mesh(self.native_mesh(tensor))
-        source_devices = self.bind_mesh(source) if source.devices is None else source.devices
-        if (source.shape, source.axis_names, source.name, source_devices) != (
-            mesh.shape,
-            mesh.axis_names,
-            mesh.name,
-            devices,
-        ):
-            raise UnsupportedLayoutError(
-                f"The {self.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
-                f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {self.name}).",
-                driver=self.name,
-                feature=Capability.RELAYOUT_ACROSS_MESHES,
-                value=layout,
-            )
 
     @final
     def relayout_move(self, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> RelayoutMove:

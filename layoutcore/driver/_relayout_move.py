@@ -13,13 +13,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
+from .._capabilities import Capability
 from .._dtypes import dtype_name
+from .._errors import UnsupportedLayoutError
 from .._layout import BoundLayout, Layout
 from .._relayout_plan import RelayoutPlan, relayout_plan
 from .._relayout_schedule import RelayoutSchedule, relayout_schedule
 from ._cache import LRUCache
 
-__all__ = ["RelayoutMove"]
+__all__ = ["RelayoutMove", "require_same_mesh"]
 
 _LOCK = threading.Lock()
 _PLANS: LRUCache[Any, RelayoutPlan] = LRUCache(256)
@@ -166,3 +168,32 @@ class RelayoutMove:
             with _LOCK:
                 _SCHEDULES.put(key, found)
         return found
+
+
+def require_same_mesh(driver: Any, tensor: Any, layout: Layout, devices: tuple[str, ...]) -> None:
+    """Refuse a relayout of ``tensor`` by ``driver`` (a front-end :class:`~layoutcore.driver.Driver`
+    without ``RELAYOUT_ACROSS_MESHES``) onto another mesh than its own (``layout``'s, bound to ``devices``).
+
+    Raises:
+        UnsupportedLayoutError: ``feature=Capability.RELAYOUT_ACROSS_MESHES``.
+    """
+    # The mesh the front-end recorded for a hook's result (checked against the native truth
+    # by fetch_layout); else the tensor's native mesh, named as the user bound its devices.
+    # Fields, not Mesh copies: this runs on every call.
+    mesh = layout.require_mesh()
+    recorded = driver.recorded_layout(tensor)
+    source = recorded.require_mesh() if recorded is not None else driver.user_mesh(driver.native_mesh(tensor))
+    source_devices = driver.bind_mesh(source) if source.devices is None else source.devices
+    if (source.shape, source.axis_names, source.name, source_devices) != (
+        mesh.shape,
+        mesh.axis_names,
+        mesh.name,
+        devices,
+    ):
+        raise UnsupportedLayoutError(
+            f"The {driver.name} driver relayouts within one mesh only: {source!r} -> {mesh!r} "
+            f"(capability {Capability.RELAYOUT_ACROSS_MESHES.value!r} not supported by {driver.name}).",
+            driver=driver.name,
+            feature=Capability.RELAYOUT_ACROSS_MESHES,
+            value=layout,
+        )
