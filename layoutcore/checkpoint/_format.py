@@ -282,8 +282,8 @@ def write_shard(
                 else:
                     data = scratch[0][used : used + chunk_bytes].view(block.dtype).reshape(chunk)
                     used += chunk_bytes
-                    if part.shape != chunk:  # an edge chunk: zero padding to the full chunk shape
-                        data[...] = 0
+                    if part.shape != chunk:  # an edge chunk: zero bytes pad it to the full chunk shape
+                        data.view(np.uint8).fill(0)  # bytes: a dtype's 0 need not be (float8_e8m0fnu's is NaN)
                         data[tuple(slice(0, n) for n in part.shape)] = part
                     else:
                         np.copyto(data, part)

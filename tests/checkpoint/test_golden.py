@@ -123,3 +123,61 @@ def test_a_corrupted_golden_shard_is_refused(tmp_path: Path) -> None:
     shard.write_bytes(bytes(data))
     with pytest.raises(lc.CheckpointError, match="float64"):
         checkpoint.load(copy, driver="numpy")
+
+
+E8M0 = Path(__file__).with_name("golden") / "v1_float8_e8m0fnu"
+#: the float8_e8m0fnu fixture's tensors (written by ``make_golden.py float8_e8m0fnu``): CASES[:2]
+E8M0_CASES = {f"params/e8m0_{k}": (shape, Layout(axes, GRID)) for k, (shape, axes) in enumerate(CASES[:2])}
+
+
+def _e8m0(shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    n = int(np.prod(shape))
+    return np.frombuffer(bytes((37 * i + 11) % 256 for i in range(n)), dtype=ml_dtypes.float8_e8m0fnu).reshape(shape)
+
+
+def test_float8_e8m0fnu_golden_loads_bit_for_bit_and_todays_save_writes_its_bytes(tmp_path: Path) -> None:
+    info = checkpoint.inspect(E8M0)
+    assert info.format_version == 1 and set(info.tensors) == {*E8M0_CASES, "step"}
+    out = checkpoint.load(E8M0, driver="numpy")
+    for path, (shape, layout) in E8M0_CASES.items():
+        got, want = out["params"][path.split("/")[1]], _e8m0(shape)
+        assert info.tensors[path].dtype == "float8_e8m0fnu" and lc.fetch_layout(got) == layout
+        host = lc.to_numpy(got)
+        assert host.dtype == want.dtype and host.tobytes() == want.tobytes(), path
+    tree = {
+        "params": {
+            path.split("/")[1]: lc.distribute_tensor(_e8m0(shape), layout, driver="numpy")
+            for path, (shape, layout) in E8M0_CASES.items()
+        },
+        "step": np.array(7, dtype=np.int32),
+    }
+    checkpoint.save(tmp_path / "today", tree)
+    golden, today = _files(E8M0), _files(tmp_path / "today")
+    assert sorted(today) == sorted(golden)
+    assert not [f for f in golden if golden[f] != today[f]], "save writes other bytes than the float8_e8m0fnu fixture"
+
+
+def test_float8_e8m0fnu_edge_chunks_padded_with_nan_by_the_earlier_writer_still_load(tmp_path: Path) -> None:
+    """Before zero bytes, the writer padded edge chunks with the dtype's 0, which for float8_e8m0fnu is
+    NaN (``0xFF``): such a chunk, read in part, is checked with that padding too, and a flipped bit
+    is still refused."""
+    import shutil
+
+    import google_crc32c
+
+    copy = tmp_path / "legacy"
+    shutil.copytree(E8M0, copy)
+    shard = copy / "params" / "e8m0_0" / "c" / "1" / "1"  # rows 3-4, column 2 of a (5, 3) tensor in (3, 2) chunks
+    raw = bytearray(shard.read_bytes())
+    chunk = bytearray(raw[:6])  # the (3, 2) chunk, C order: in the tensor are elements (0, 0) and (1, 0)
+    for k in (1, 3, 4, 5):
+        assert chunk[k] == 0  # today's writer: zero bytes
+        chunk[k] = 0xFF
+    raw[:10] = bytes(chunk) + google_crc32c.value(bytes(chunk)).to_bytes(4, "little")
+    shard.write_bytes(bytes(raw))
+    out = checkpoint.load(copy, driver="numpy")
+    assert lc.to_numpy(out["params"]["e8m0_0"]).tobytes() == _e8m0((5, 3)).tobytes()
+    raw[0] ^= 1  # an element inside the tensor
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(lc.CheckpointError, match="checksum mismatch"):
+        checkpoint.load(copy, driver="numpy")
