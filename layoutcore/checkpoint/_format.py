@@ -16,8 +16,8 @@ A shard file is, byte for byte, what zarr v3's ``sharding_indexed`` codec with
 ``codecs=[bytes(little), crc32c]``, ``index_codecs=[bytes(little), crc32c]`` and
 ``index_location="end"`` describes: the inner chunks in C order of the inner grid, each
 followed by its 4-byte CRC-32C; an inner chunk lying wholly outside the array is not stored
-(index entry ``(2**64-1, 2**64-1)``, zarr's "missing"); an edge chunk is padded with zeros to
-the full chunk shape; then the index (``(offset, nbytes)`` uint64 pairs, C order) and its CRC.
+(index entry ``(2**64-1, 2**64-1)``, zarr's "missing"); an edge chunk is padded with zero bytes to
+the full chunk shape (whatever the dtype: float8_e8m0fnu's 0 is NaN); then the index (``(offset, nbytes)`` uint64 pairs, C order) and its CRC.
 Rank-0 tensors are arrays without sharding (``codecs=[bytes, crc32c]``, one chunk file ``c``).
 
 bfloat16 and float8 are stored as the unsigned integer of the same width (zarr-python 3.1
