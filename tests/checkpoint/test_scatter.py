@@ -12,24 +12,9 @@ import pytest
 
 import layoutcore as lc
 from layoutcore import CheckpointError, Layout, Mesh, checkpoint
-from layoutcore.checkpoint import _read_plan, _scatter
 from layoutcore.driver import ALIGN, aligned_empty
 
 MESH = Mesh((4,), ("x",))
-
-
-@pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Records each scatter_read's answer (True: the piece was scattered)."""
-    calls: list[bool] = []
-    real = _scatter.scatter_read
-
-    def wrapped(*args: Any) -> bool:
-        calls.append(real(*args))
-        return calls[-1]
-
-    monkeypatch.setattr(_read_plan, "scatter_read", wrapped)
-    return calls
 
 
 def _blocks_equal(tensor: Any, value: np.ndarray, layout: Layout) -> None:
