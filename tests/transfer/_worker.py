@@ -198,3 +198,10 @@ run_scenario()
 print("RESULT " + json.dumps(RESULT), flush=True)
 dist.barrier()
 dist.destroy_process_group()
+# Skip the interpreter's teardown: in one fresh-clone CI run the torch-only rank 0 of "tf_twice" aborted at
+# exit ("terminate called without an active exception", SIGABRT: a C++ thread of the framework destroyed
+# while joinable) after it had printed its correct RESULT and left the group; not reproduced in 6 reruns.
+# What is tested has finished here, and a library cannot mend a framework's teardown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
