@@ -434,6 +434,23 @@ _DEVICE_LOAD_ROWS = (
     ),
     ("into_loaded_rows_vs_preadv_crc_prealloc", "`load(into=` a previous load's arrays`)`, saved layout, checksums"),
     ("into_loaded_cols_vs_preadv_crc_prealloc", "`load(into=` a previous load's arrays`)`, rows → columns, checksums"),
+    (
+        "into_cols_noverify_vs_scatter_prealloc",
+        "`load(into=...)`, rows → columns, `verify=False` / the same parts `preadv`-scattered raw",
+    ),
+    ("into_cols_vs_slab_crc_gather", "`load(into=...)`, rows → columns, checksums / raw slabs + CRC-32C + copy out"),
+    (
+        "into_loaded_cols_noverify_vs_scatter_prealloc_aligned",
+        "`load(into=` a previous load's arrays`)`, rows → columns, `verify=False` / raw scatter into aligned blocks",
+    ),
+    (
+        "into_loaded_cols_vs_slab_crc_gather_aligned",
+        "`load(into=` a previous load's arrays`)`, rows → columns, checksums / raw slabs into aligned blocks",
+    ),
+    ("scatter_prealloc_vs_preadv_prealloc", "raw scatter into `np.zeros` blocks / contiguous `preadv` (physics)"),
+    ("scatter_prealloc_aligned_vs_preadv_prealloc", "raw scatter into aligned blocks / contiguous `preadv` (physics)"),
+    ("slab_crc_gather_vs_preadv_crc_prealloc", "raw slabs into `np.zeros` blocks / contiguous `preadv` + CRC-32C"),
+    ("slab_crc_gather_aligned_vs_preadv_crc_prealloc", "raw slabs into aligned blocks / contiguous `preadv` + CRC-32C"),
     ("load_new_rows_vs_fromfile_kept", "`load` new arrays, saved layout, warm / `np.fromfile`, arrays kept"),
     ("load_new_cols_vs_fromfile_kept", "`load` new arrays, rows → columns, warm / `np.fromfile`, arrays kept"),
     ("load_new_rows_cold_vs_fromfile_kept_cold", "`load` new arrays, saved layout, cold / `np.fromfile`, cold"),
@@ -481,7 +498,7 @@ def _device_target(key: str) -> Callable[[Data], Cell]:
 def _device_target_words(key: str) -> Callable[[Data], str]:
     def words(d: Data) -> str:
         r = d["targets"].get(key)
-        if r is None:
+        if r is None or r["kind"] == "reported":
             return "reported"
         return f"{'≥' if r['kind'] == 'ge' else '≤'} {r['target']:g}x"
 

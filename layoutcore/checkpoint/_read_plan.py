@@ -360,6 +360,7 @@ def read_boxes(
     opened: dict[str, int] = {} if fds is None else fds
     scratch = [np.empty(0, dtype=np.uint8)] if scratch is None else scratch
     flat: list[np.ndarray[Any, Any] | None] = [None] * len(out)  # uint8 views of the destinations
+    bases: list[int] = []  # their addresses, for scatter reads (taken once per call: 2 us each)
     try:
         for i in range(len(reads.pieces)) if pieces is None else pieces:
             pr = reads.pieces[i]
@@ -386,7 +387,7 @@ def read_boxes(
                 # else through a buffer at the file's phase and a copy out: faster than the kernel's
                 # misaligned copy straight in (COPY_ALIGN)
             elif not (verify and piece.crc32c_at is not None) and scatter_read(
-                fd, pr, piece, reads, out, item, (name, file, tpath)
+                fd, pr, piece, reads, out, item, (name, file, tpath), bases
             ):
                 continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
             if slabbed(pr, piece, item):

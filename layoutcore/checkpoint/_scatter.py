@@ -43,57 +43,91 @@ except (OSError, AttributeError):  # pragma: no cover - a libc without preadv: t
     _preadv = None
 
 
-def _tiles(pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int) -> np.ndarray | None:
-    """The ``(address, length)`` uint64 rows of the piece's bytes in file order, or None."""
+def _tiles(
+    pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, extra: int, bases: list[int]
+) -> np.ndarray | None:
+    """The ``(address, length)`` uint64 rows of the piece's bytes in file order, then one row for
+    ``extra`` bytes read after them (left for the caller to fill; none if ``extra`` is 0), or None.
+    ``bases`` caches the addresses of ``out`` (filled on first use, kept by the caller across pieces).
+
+    Built in one allocation with a few NumPy calls per group of copies sharing rows: the table
+    is rebuilt for every piece of every load, on the reader threads, and its Python time holds
+    the GIL the other readers need when their ``preadv`` returns (at 47 us a piece, a 1 GiB
+    rows -> columns load into aligned blocks spent 26 ms of thread time beyond its system calls).
+    """
     shape, rank = piece.shape, len(piece.shape)
     if rank < 2 or any(p + s > t for p, s, t in zip(piece.start, shape, reads.tensor.shape, strict=True)):
         return None  # an edge piece's padding has no destination
     inner = math.prod(shape[2:]) * item
+    p0, p1 = piece.start[0], piece.start[1]
+    trailing = tuple(shape[2:])
+    if not bases:
+        bases.extend(o.ctypes.data for o in out)
     groups: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
     volume = 0
     for b, a, z in pr.copies:
-        box_off, box_sizes = reads.boxes[b]
+        (o0, o1, *_), box_sizes = reads.boxes[b]
         dst = out[b]
-        if tuple(box_sizes[2:]) != tuple(shape[2:]) or not dst.flags.c_contiguous:
+        if not dst.flags.c_contiguous:
             return None
-        if any(a[d] != piece.start[d] or z[d] != piece.start[d] + shape[d] for d in range(2, rank)):
+        if rank > 2 and (
+            tuple(box_sizes[2:]) != trailing
+            or any(a[d] != piece.start[d] or z[d] != piece.start[d] + shape[d] for d in range(2, rank))
+        ):
             return None
         row = box_sizes[1] * inner
-        addr = dst.ctypes.data + (a[0] - box_off[0]) * row + (a[1] - box_off[1]) * inner
-        r0, r1 = a[0] - piece.start[0], z[0] - piece.start[0]
-        groups.setdefault((r0, r1), []).append((a[1] - piece.start[1], z[1] - piece.start[1], addr, row))
+        addr = bases[b] + (a[0] - o0) * row + (a[1] - o1) * inner
+        r0, r1 = a[0] - p0, z[0] - p0
+        groups.setdefault((r0, r1), []).append((a[1] - p1, z[1] - p1, addr, row))
         volume += (r1 - r0) * (z[1] - a[1])
     if volume != shape[0] * shape[1]:
         return None
-    parts = []
-    at = 0
+    n_parts = sum((r1 - r0) * len(c) for (r0, r1), c in groups.items())
+    if math.prod(shape) * item < MIN_PART * n_parts:
+        return None
+    iov = np.empty((n_parts + (1 if extra else 0), 2), dtype=np.uint64)
+    at = row_at = 0
     for (r0, r1), copies in sorted(groups.items()):
         copies.sort()
-        if r0 != at or copies[0][0] != 0 or copies[-1][1] != shape[1]:
+        if r0 != row_at or copies[0][0] != 0 or copies[-1][1] != shape[1]:
             return None
         if any(x[1] != y[0] for x, y in itertools.pairwise(copies)):
             return None
-        at = r1
-        rows = np.arange(r1 - r0, dtype=np.uint64)[:, None]
-        addr = np.array([c[2] for c in copies], dtype=np.uint64)[None, :]
-        stride = np.array([c[3] for c in copies], dtype=np.uint64)[None, :]
-        lengths = np.array([(c[1] - c[0]) * inner for c in copies], dtype=np.uint64)
-        block = np.empty((r1 - r0, len(copies), 2), dtype=np.uint64)
-        block[:, :, 0] = addr + rows * stride
-        block[:, :, 1] = lengths[None, :]
-        parts.append(block.reshape(-1, 2))
-    if at != shape[0]:
+        row_at = r1
+        k, n = len(copies), r1 - r0
+        block = iov[at : at + n * k].reshape(n, k, 2)
+        addrs = np.array([c[2] for c in copies], dtype=np.uint64)
+        strides = {c[3] for c in copies}
+        if len(strides) == 1:  # blocks of one width (the usual case): one outer sum
+            (stride,) = strides
+            np.add.outer(np.arange(0, n * stride, stride, dtype=np.uint64), addrs, out=block[:, :, 0])
+        else:
+            row_strides = np.array([c[3] for c in copies], dtype=np.uint64)
+            np.multiply(np.arange(n, dtype=np.uint64)[:, None], row_strides, out=block[:, :, 0])
+            block[:, :, 0] += addrs
+        block[:, :, 1] = [(c[1] - c[0]) * inner for c in copies]
+        at += n * k
+    if row_at != shape[0]:
         return None
-    iov = np.concatenate(parts) if len(parts) > 1 else parts[0]
-    if math.prod(shape) * item < MIN_PART * len(iov):
-        return None
+    if extra:
+        iov[-1, 1] = extra
     return iov
 
 
 def scatter_read(
-    fd: int, pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, where: tuple[str, str, str]
+    fd: int,
+    pr: Any,
+    piece: Any,
+    reads: Any,
+    out: Sequence[np.ndarray],
+    item: int,
+    where: tuple[str, str, str],
+    bases: list[int] | None = None,
 ) -> bool:
     """Read piece ``pr`` (whole, plus its stored checksum bytes, unchecked) straight into ``out``.
+
+    ``bases``: a list the caller keeps across the pieces of one ``out`` (the blocks' addresses,
+    filled on first use); default: taken afresh.
 
     Returns:
         False where the piece does not qualify (nothing was read: the caller reads it otherwise).
@@ -103,17 +137,16 @@ def scatter_read(
     """
     if _preadv is None or not pr.whole or pr.zero_padded or len(pr.runs) != 1:
         return False
-    iov = _tiles(pr, piece, reads, out, item)
+    extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
+    iov = _tiles(pr, piece, reads, out, item, extra, [] if bases is None else bases)
     if iov is None:
         return False
-    offset = piece.offset
-    extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
     if extra:
         tail = np.empty(extra, dtype=np.uint8)
-        iov = np.concatenate([iov, np.array([[tail.ctypes.data, extra]], dtype=np.uint64)])
+        iov[-1, 0] = tail.__array_interface__["data"][0]
+    offset = piece.offset
     for start in range(0, len(iov), IOV_MAX):
-        chunk = np.ascontiguousarray(iov[start : start + IOV_MAX])
-        offset += _read_chunk(fd, chunk, offset, where)
+        offset += _read_chunk(fd, iov[start : start + IOV_MAX], offset, where)  # rows of a C-order table: contiguous
     return True
 
 

@@ -79,6 +79,17 @@ def test_uneven_and_small_parts_fall_back(tmp_path: Path, spy: list[bool]) -> No
     _blocks_equal(out["w"], value, layout)
 
 
+def test_uneven_columns_scatter_into_blocks_of_different_widths(tmp_path: Path, spy: list[bool]) -> None:
+    # 1030 columns over 4: blocks 258, 258, 258 and 256 wide (row strides differ), parts >= 1 KiB
+    value = np.random.default_rng(3).standard_normal((48, 1030)).astype(np.float32)
+    checkpoint.save(tmp_path / "ck", {"w": lc.distribute_tensor(value, Layout(("x", None), MESH), driver="numpy")})
+    layout = Layout((None, "x"), MESH)
+    assert len({s[1] for s in layout.local_shapes(value.shape)}) == 2
+    out = checkpoint.load(tmp_path / "ck", {"w": layout}, driver="numpy", verify=False)
+    assert spy and all(spy)
+    _blocks_equal(out["w"], value, layout)
+
+
 def test_a_truncated_file_names_tensor_and_file(tmp_path: Path) -> None:
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     file = tmp_path / "m.safetensors"
