@@ -202,8 +202,10 @@ def preadv_all(
     Raises:
         CheckpointError: the file ends first (:func:`short_read`).
     """
+    done = os.preadv(fd, views, offset)  # type: ignore[arg-type]  # ndarrays are buffers; stubs miss it
+    if done == want:  # the usual case: no buffer views built
+        return
     mvs = [memoryview(v).cast("B") for v in views]  # type: ignore[arg-type]  # ndarrays are buffers; stubs miss it
-    done = 0
     while done < want:
         # skip the buffers already filled by a short read
         skip, bufs = done, []
