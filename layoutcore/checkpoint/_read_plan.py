@@ -387,7 +387,7 @@ def read_boxes(
                 # else through a buffer at the file's phase and a copy out: faster than the kernel's
                 # misaligned copy straight in (COPY_ALIGN)
             elif not (verify and piece.crc32c_at is not None) and scatter_read(
-                fd, pr, piece, reads, out, item, (name, file, tpath), bases
+                fd, pr, piece, reads, out, item, (name, file, tpath), bases, reuse=bounce
             ):
                 continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
             if slabbed(pr, piece, item):

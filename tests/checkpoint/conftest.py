@@ -15,8 +15,8 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     calls: list[bool] = []
     real = _scatter.scatter_read
 
-    def wrapped(*args: Any) -> bool:
-        calls.append(real(*args))
+    def wrapped(*args: Any, **kwargs: Any) -> bool:
+        calls.append(real(*args, **kwargs))
         return calls[-1]
 
     monkeypatch.setattr(_read_plan, "scatter_read", wrapped)

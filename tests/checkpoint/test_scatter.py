@@ -12,6 +12,7 @@ import pytest
 
 import layoutcore as lc
 from layoutcore import CheckpointError, Layout, Mesh, checkpoint
+from layoutcore.checkpoint import _scatter
 from layoutcore.driver import ALIGN, aligned_empty
 
 MESH = Mesh((4,), ("x",))
@@ -88,6 +89,43 @@ def test_uneven_columns_scatter_into_blocks_of_different_widths(tmp_path: Path, 
     out = checkpoint.load(tmp_path / "ck", {"w": layout}, driver="numpy", verify=False)
     assert spy and all(spy)
     _blocks_equal(out["w"], value, layout)
+
+
+def test_into_loads_reuse_iovec_tables_and_read_the_new_bytes(
+    tmp_path: Path, spy: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds: list[int] = []
+    real = _scatter._tiles
+
+    def counted(*args: Any) -> Any:
+        builds.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(_scatter, "_tiles", counted)
+    rows, cols = Layout(("x", None), MESH), Layout((None, "x"), MESH)
+    rng = np.random.default_rng(4)
+    first, second = (rng.standard_normal((64, 1024)).astype(np.float32) for _ in range(2))
+    checkpoint.save(tmp_path / "ck", {"w": lc.distribute_tensor(first, rows, driver="numpy")})
+    into = {"w": lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes(first.shape)], cols)}
+    checkpoint.load(tmp_path / "ck", into=into, verify=False)
+    assert spy and all(spy) and len(builds) == len(spy)  # one table per piece, built
+    _blocks_equal(into["w"], first, cols)
+    # the same path saved again with other values: the kept tables point at memory, not at bytes
+    checkpoint.save(tmp_path / "ck", {"w": lc.distribute_tensor(second, rows, driver="numpy")}, overwrite=True)
+    spy.clear()
+    builds.clear()
+    checkpoint.load(tmp_path / "ck", into=into, verify=False)
+    assert spy and all(spy) and not builds  # every table reused
+    _blocks_equal(into["w"], second, cols)
+    # other memory (a load of new arrays; into= other arrays): tables built for it
+    out = checkpoint.load(tmp_path / "ck", {"w": cols}, driver="numpy", verify=False)
+    assert len(builds) == len(spy) // 2
+    _blocks_equal(out["w"], second, cols)
+    other = {"w": lc.pack([np.ones(s, np.float32) for s in cols.local_shapes(first.shape)], cols)}
+    builds.clear()
+    checkpoint.load(tmp_path / "ck", into=other, verify=False)
+    assert builds
+    _blocks_equal(other["w"], second, cols)
 
 
 def test_a_truncated_file_names_tensor_and_file(tmp_path: Path) -> None:
