@@ -367,6 +367,7 @@ def read_boxes(
             piece = tensor.pieces[pr.piece]
             file = _joined(node, piece.file)
             fd = _open(root, file, opened, name, tpath)
+            where = (name, file, tpath)
             runs = pr.runs
             span_lo = int(runs[0, 0])
             span_hi = int(runs[-1, 0] + runs[-1, 1])
@@ -387,47 +388,71 @@ def read_boxes(
                 # else through a buffer at the file's phase and a copy out: faster than the kernel's
                 # misaligned copy straight in (COPY_ALIGN)
             elif not (verify and piece.crc32c_at is not None) and scatter_read(
-                fd, pr, piece, reads, out, item, (name, file, tpath), bases, reuse=bounce
+                fd, pr, piece, reads, out, item, where, bases, reuse=bounce
             ):
                 continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
             if slabbed(pr, piece, item):
-                read_whole_in_slabs(fd, pr, piece, reads.boxes, out, dtype, scratch, verify, (name, file, tpath))
+                read_whole_in_slabs(fd, pr, piece, reads.boxes, out, dtype, scratch, verify, where)
                 continue
-            # one scratch buffer reused for every piece: no page faults after the first (peak: one piece)
-            buf = phased(scratch, span_hi - span_lo, span_lo)
-            if pr.zero_padded and verify:
-                buf[...] = 0  # the padding, which is not read, as the writer wrote it
-            for off, length in runs.tolist():
-                _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
-            nbytes = math.prod(piece.shape) * item
-            if (pr.whole or pr.zero_padded) and piece.crc32c_at is not None and verify:
-                data = buf[piece.offset - span_lo : piece.offset - span_lo + nbytes]
-                crc = buf[piece.crc32c_at - span_lo : piece.crc32c_at - span_lo + CRC_BYTES]
-                stored = int.from_bytes(bytes(crc), "little")
-                matches = crc32c(data) == stored
-                legacy = LEGACY_PADDING.get(tensor.dtype) if pr.zero_padded else None
-                if not matches and legacy is not None:
-                    # an edge chunk padded as an earlier writer padded this dtype: check it so
-                    buf[...] = legacy
-                    for off, length in runs.tolist():
-                        _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
-                    matches = crc32c(data) == stored
-                if not matches:
-                    raise crc_mismatch(name, file, tpath)
-            strides = strides_of(piece.shape, item)
-            for b, a, z in pr.copies:
-                rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
-                first = piece.offset + sum(r * s for r, s in zip(rel, strides, strict=True)) - span_lo
-                sizes = tuple(e - s for s, e in zip(a, z, strict=True))
-                src = np.ndarray(sizes, dtype=dtype, buffer=buf, offset=first, strides=strides)
-                box_off = reads.boxes[b][0]
-                where: tuple[Any, ...] = tuple(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True))
-                dst = out[b][(*where, Ellipsis)]  # the Ellipsis keeps a 0-d destination an array, not a scalar
-                np.copyto(dst, src, casting="no")
+            _read_buffered(fd, pr, piece, reads, out, dtype, phased(scratch, span_hi - span_lo, span_lo), verify, where)
     finally:
         if own:
             for fd in opened.values():
                 os.close(fd)
+
+
+def _read_buffered(
+    fd: int,
+    pr: PieceReads,
+    piece: StoredPiece,
+    reads: TensorReads,
+    out: Sequence[np.ndarray[Any, Any]],
+    dtype: np.dtype[Any],
+    buf: np.ndarray[Any, Any],
+    verify: bool,
+    where: tuple[str, str, str],
+) -> None:
+    """Read piece ``pr``'s runs into ``buf`` (a reused buffer at the file's phase, as long as the
+    runs' span: one per thread, so no page faults after the first piece), check the piece's
+    checksum where it was read whole (or whole but for an edge chunk's padding), then copy each of
+    its parts into ``out``.
+
+    Raises:
+        CheckpointError: a short read; a checksum mismatch (``where``: checkpoint, file, tensor).
+    """
+    name, file, tpath = where
+    runs = pr.runs
+    span_lo = int(runs[0, 0])
+    item = dtype.itemsize
+    if pr.zero_padded and verify:
+        buf[...] = 0  # the padding, which is not read, as the writer wrote it
+    for off, length in runs.tolist():
+        _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
+    nbytes = math.prod(piece.shape) * item
+    if (pr.whole or pr.zero_padded) and piece.crc32c_at is not None and verify:
+        data = buf[piece.offset - span_lo : piece.offset - span_lo + nbytes]
+        crc = buf[piece.crc32c_at - span_lo : piece.crc32c_at - span_lo + CRC_BYTES]
+        stored = int.from_bytes(bytes(crc), "little")
+        matches = crc32c(data) == stored
+        legacy = LEGACY_PADDING.get(reads.tensor.dtype) if pr.zero_padded else None
+        if not matches and legacy is not None:
+            # an edge chunk padded as an earlier writer padded this dtype: check it so
+            buf[...] = legacy
+            for off, length in runs.tolist():
+                _pread_into(fd, buf[off - span_lo : off - span_lo + length], off, name, file, tpath)
+            matches = crc32c(data) == stored
+        if not matches:
+            raise crc_mismatch(name, file, tpath)
+    strides = strides_of(piece.shape, item)
+    for b, a, z in pr.copies:
+        rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
+        first = piece.offset + sum(r * s for r, s in zip(rel, strides, strict=True)) - span_lo
+        sizes = tuple(e - s for s, e in zip(a, z, strict=True))
+        src = np.ndarray(sizes, dtype=dtype, buffer=buf, offset=first, strides=strides)
+        box_off = reads.boxes[b][0]
+        cut: tuple[Any, ...] = tuple(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True))
+        dst = out[b][(*cut, Ellipsis)]  # the Ellipsis keeps a 0-d destination an array, not a scalar
+        np.copyto(dst, src, casting="no")
 
 
 def _joined(node: str, file: str) -> str:
