@@ -276,13 +276,14 @@ def _reshard_bounds(s: Setup) -> dict[str, Callable[[], Any]]:
     zeros = {k: [np.zeros(sh, np.float32) for sh in shapes] for k in s.names}
     aligned = {k: [aligned_empty(sh, np.float32) for sh in shapes] for k in s.names}
     out: dict[str, Callable[[], Any]] = {}
+    expected = stn.load_file(str(s.st))
     for kind, blocks in (("", zeros), ("_aligned", aligned)):
         work = _raw_reshard.jobs(s.ckpt, s.plan.reads, blocks)
         s.open_jobs.append(work)
         scatter, slab = _raw_reshard.scatter(work, t), _raw_reshard.slab_gather(work, t, crc32c)
         for fn in (scatter, slab):
             fn()
-            _raw_reshard.check(blocks, stn.load_file(str(s.st)))
+            _raw_reshard.check(blocks, expected)
         out[f"scatter_prealloc{kind}_t{t}"] = scatter
         out[f"slab_crc_gather{kind}_t{t}"] = slab
     return out

@@ -54,11 +54,11 @@ except (OSError, AttributeError):  # pragma: no cover - a libc without preadv: t
 
 
 def _tiles(
-    pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, extra: int, bases: list[int]
+    pr: Any, piece: Any, reads: Any, out: Sequence[np.ndarray], item: int, extra: int, bases: Sequence[int]
 ) -> np.ndarray | None:
     """The ``(address, length)`` uint64 rows of the piece's bytes in file order, then one row for
     ``extra`` bytes read after them (left for the caller to fill; none if ``extra`` is 0), or None.
-    ``bases`` caches the addresses of ``out`` (filled on first use, kept by the caller across pieces).
+    ``bases`` are the addresses of ``out``.
 
     Built in one allocation with a few NumPy calls per group of copies sharing rows: the table
     is rebuilt for every piece of every load, on the reader threads, and its Python time holds
@@ -71,8 +71,6 @@ def _tiles(
     inner = math.prod(shape[2:]) * item
     p0, p1 = piece.start[0], piece.start[1]
     trailing = tuple(shape[2:])
-    if not bases:
-        bases.extend(o.ctypes.data for o in out)
     groups: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
     volume = 0
     for b, a, z in pr.copies:
@@ -151,11 +149,11 @@ def scatter_read(
     if _preadv is None or not pr.whole or pr.zero_padded or len(pr.runs) != 1:
         return False
     bases = [] if bases is None else bases
+    if not bases:
+        bases.extend(o.ctypes.data for o in out)
     extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
     key = None
     if reuse:
-        if not bases:
-            bases.extend(o.ctypes.data for o in out)
         used = sorted({b for b, _, _ in pr.copies})
         key = (piece.shape, piece.start, reads.tensor.shape, pr.copies, item, extra)
         key += tuple((reads.boxes[b], bases[b]) for b in used)
