@@ -491,6 +491,8 @@ class TorchDriver(Driver):
         if self.world().simulated:
             with self.spmd(mesh.size):
                 local = _private.make_local_tensor(shards)
+                if len(shards) == mesh.size and not local.requires_grad:  # every rank present, no autograd
+                    return _private.simulated_dtensor(self._DTensor, local, device_mesh, placements, size, stride)
                 return self._DTensor.from_local(
                     local, device_mesh, placements, run_check=False, shape=size, stride=stride
                 )

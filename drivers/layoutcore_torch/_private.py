@@ -23,6 +23,10 @@ torch 2.13:
   former so that a torch op on simulated data outside any ``LocalTensorMode`` raises (see there).
 * ``LocalTensorMode.__torch_dispatch__`` and ``LocalTensorMode._disable``: :func:`guarded_local_tensor_mode`
   subclasses the mode so that a write into a plain (shared) tensor is never applied once per simulated rank.
+* ``DTensor(local, DTensorSpec(...), requires_grad=False)`` and ``torch.distributed.tensor._dtensor_spec``'s
+  ``DTensorSpec`` / ``TensorMeta``: :func:`simulated_dtensor` builds a simulated DTensor that needs no
+  gradient the way ``DTensor.from_local`` does after its checks, without its per-call rank lookup (a
+  ``LocalTensor`` dispatch per rank: 10 ms of a 12 ms ``from_local`` on 8 simulated ranks, torch 2.13).
 
 Nothing else in ``layoutcore_torch`` touches a private torch name. When torch moves or removes
 one of these, :func:`require_simulation` raises a :class:`layoutcore.DriverUnavailableError`
@@ -50,6 +54,7 @@ __all__ = [
     "local_tensors",
     "make_local_tensor",
     "require_simulation",
+    "simulated_dtensor",
     "simulated_ranks_of",
     "unguard_local_tensors",
     "waited",
@@ -61,6 +66,7 @@ FAKE_BACKEND = "fake"
 _LOCAL_TENSOR_MODULE = "torch.distributed._local_tensor"
 _FAKE_PG_MODULE = "torch.testing._internal.distributed.fake_pg"
 _PLACEMENT_MODULE = "torch.distributed.tensor.placement_types"
+_SPEC_MODULE = "torch.distributed.tensor._dtensor_spec"
 _FUNCOL_MODULE = "torch.distributed._functional_collectives"
 
 _cache: dict[str, Any] = {}
@@ -140,6 +146,20 @@ def make_local_tensor(per_rank: dict[int, Any]) -> Any:
     local_tensor = _lookup(_LOCAL_TENSOR_MODULE, "LocalTensor")
     flat = {r: t._local_tensors[r] if isinstance(t, local_tensor) else t for r, t in per_rank.items()}
     return local_tensor(flat)
+
+
+def simulated_dtensor(dtensor_cls: Any, local: Any, device_mesh: Any, placements: Any, shape: Any, stride: Any) -> Any:
+    """The DTensor ``DTensor.from_local(local, device_mesh, placements, run_check=False, shape=shape,
+    stride=stride)`` returns, for a ``local`` (a ``LocalTensor``) that needs no gradient and whose every
+    simulated rank is part of ``device_mesh``: built as ``from_local``'s forward builds it, without that
+    forward's ``_is_current_rank_part_of_mesh`` (``get_coordinate`` under the mode: one dispatch per
+    rank, 6 ms a call on 8 ranks) and ``view_as`` (3 ms), which change nothing here.
+
+    The DTensor holds ``local`` itself, not a view of it: the caller made ``local`` for it alone.
+    """
+    spec_cls = _lookup(_SPEC_MODULE, "DTensorSpec")
+    meta = _lookup(_SPEC_MODULE, "TensorMeta")(shape, tuple(stride), local.dtype)
+    return dtensor_cls(local, spec_cls(device_mesh, tuple(placements), tensor_meta=meta), requires_grad=False)
 
 
 def simulated_ranks_of(device_mesh: Any) -> frozenset[int] | None:

@@ -214,6 +214,34 @@ def test_pack_uneven_gives_the_global_shape(driver: TorchDriver) -> None:
     assert lc.fetch_layout(d, driver=driver) == layout
 
 
+@pytest.mark.parametrize("axes", [("x", "y"), (None, "x"), (("x", "y"), None), (None, None)])
+def test_simulated_dtensor_is_what_from_local_builds(
+    driver: TorchDriver, mesh32: Mesh, axes: tuple[object, ...]
+) -> None:
+    """The driver's shortcut for simulated packs (``_private.simulated_dtensor``) against torch's own
+    ``DTensor.from_local`` over the same per-rank tensors: same spec, same data, and torch ops on it agree."""
+    x = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)  # axis 1 uneven over x (3) and y (2)
+    layout = Layout(axes, mesh32)
+    blocks = [np.ascontiguousarray(b) for b in expected_pieces(x, layout)]
+    ours = lc.pack(blocks, layout, global_shape=x.shape, driver=driver)
+    device_mesh = layoutcore_torch.to_torch_mesh(mesh32)
+    placements = layoutcore_torch.to_torch_placements(layout)
+    with _private.local_tensor_mode(mesh32.size):
+        local = _private.make_local_tensor({r: torch.from_numpy(b.copy()) for r, b in enumerate(blocks)})
+        native = DTensor.from_local(
+            local, device_mesh, placements, run_check=False, shape=torch.Size(x.shape), stride=(5, 1)
+        )
+        twice_ours, twice_native = (ours * 2).full_tensor(), (native * 2).full_tensor()
+    assert ours._spec == native._spec and ours.requires_grad is native.requires_grad is False
+    assert (ours.shape, ours.stride(), ours.dtype) == (native.shape, native.stride(), native.dtype)
+    for a, b in zip(per_device(ours), per_device(native), strict=True):
+        np.testing.assert_array_equal(a, b)
+    ours_full = twice_ours._local_tensors[0] if _private.is_local_tensor(twice_ours) else twice_ours
+    native_full = twice_native._local_tensors[0] if _private.is_local_tensor(twice_native) else twice_native
+    np.testing.assert_array_equal(ours_full.numpy(), 2 * x)
+    np.testing.assert_array_equal(native_full.numpy(), 2 * x)
+
+
 def test_pack_refuses_differing_replicas_that_torch_silently_overwrites(driver: TorchDriver) -> None:
     mesh = Mesh((4, 2), ("x", "y"))  # all 8 ranks: torch's run_check gathers over the whole world
     layout = Layout(("x", None), mesh)
