@@ -130,8 +130,9 @@ def local_tensors(value: Any) -> dict[int, Any]:
 
 def local_block(dtensor: Any) -> Any:
     """The block ``dtensor`` stores for this rank (a ``LocalTensor`` of every rank's, simulated), without
-    ``to_local()``'s autograd function (no gradient flows through it): for reading where the block lives
-    or copying out of it, never for writing into it."""
+    ``to_local()``'s autograd function (no gradient flows through it): for reading where the block lives,
+    copying out of it, or viewing its memory from NumPy (``into=`` loads write there, as they would
+    through ``to_local()``'s view of it); never for torch ops that write into it."""
     return dtensor._local_tensor
 
 
