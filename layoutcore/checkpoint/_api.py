@@ -31,7 +31,9 @@ class LayoutcoreSource(Source):
         with gc_paused():  # parsing 10 000 tensors' metadata makes millions of objects and no cycle
             meta, meta_bytes = _read_meta(path)
             self._info = _info_from_meta(path, meta)
-        super().__init__(path, self._info.tensors, metadata_bytes=meta_bytes)
+        super().__init__(
+            path, self._info.tensors, metadata_bytes=meta_bytes, metadata_files=(os.path.join(path, META),)
+        )
         self._entries: dict[str, Any] = meta["tensors"]
         self._tree = meta["tree"]
 
@@ -59,7 +61,9 @@ def open(path: str | os.PathLike[str]) -> Source:
 
     Returns:
         A :class:`Source`: ``format``, ``specs``, ``read_plan``, ``load``; a context manager
-        (``close()`` releases every file it holds).
+        (``close()`` releases every file it holds). It is the checkpoint as opened: once a file its
+        metadata was read from changes (a new save over it), its ``load`` and ``read_plan`` raise
+        ``CheckpointError`` naming the file; open the checkpoint again to read the new version.
 
     Raises:
         CheckpointError: no checkpoint there, an incomplete one, or an unknown format/version.

@@ -9,6 +9,7 @@ driver (:mod:`layoutcore.driver._fill`: new tensors, or existing ones filled in 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,12 @@ class Source:
     A context manager: :meth:`close` (also on leaving ``with``) releases every file and handle it
     holds; a closed Source raises :class:`CheckpointError`. Loads open their files on the reader
     threads and close them before returning.
+
+    A Source describes the checkpoint as it was opened. Its metadata says where each tensor's bytes
+    lie, so once a file that metadata was read from changes (rewritten in place, replaced, removed:
+    its inode, size or modification times differ), :meth:`load` and :meth:`read_plan` raise
+    :class:`CheckpointError` naming the file instead of reading the new bytes by the old offsets;
+    open the checkpoint again to read the new version.
     """
 
     format: str = ""
@@ -73,11 +80,20 @@ class Source:
     #: reads each tensor whose local blocks tile it as one array (:mod:`._whole`).
     whole_reads: bool = False
 
-    def __init__(self, path: str, specs: dict[str, TensorSpec], *, metadata_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        path: str,
+        specs: dict[str, TensorSpec],
+        *,
+        metadata_bytes: int = 0,
+        metadata_files: Iterable[str] = (),
+    ) -> None:
         self.path = path
         self._specs = specs
         self.metadata_bytes = metadata_bytes
         self._closed = False
+        #: the files the metadata was read from (absolute) -> their version when it was read
+        self._versions = {f: _file_version(f) for f in metadata_files}
 
     # -- what a format says ---------------------------------------------------------------------
     @property
@@ -135,6 +151,24 @@ class Source:
         if self._closed:
             raise CheckpointError(f"Checkpoint {self.path}: this Source was closed; open it again.", path=self.path)
 
+    def _check_current(self) -> None:
+        """Refuse a Source whose metadata files changed since it was opened (one ``stat`` each).
+
+        Raises:
+            CheckpointError: a closed Source; a metadata file changed, replaced or removed (named).
+        """
+        self._check_open()
+        for file, then in self._versions.items():
+            now = _file_version(file)
+            if now != then:
+                raise CheckpointError(
+                    f"Checkpoint {self.path}: file {file!r} {_how_changed(then, now)} since this Source was "
+                    "opened; the metadata read then no longer says where the tensors lie. Open the "
+                    "checkpoint again (checkpoint.open) to read the new version.",
+                    path=self.path,
+                    file=file,
+                )
+
     def close(self) -> None:
         """Release every file and handle (idempotent); further use raises ``CheckpointError``."""
         if not self._closed:
@@ -172,9 +206,10 @@ class Source:
                 reads whole stored chunks (TensorStore, zarr-python, Orbax) would read.
 
         Raises:
-            CheckpointError: a closed Source. LayoutMismatchError: a target of another shape or dtype.
+            CheckpointError: a closed Source, or one whose files changed since it was opened.
+            LayoutMismatchError: a target of another shape or dtype.
         """
-        self._check_open()
+        self._check_current()
         devices = None if process_devices is None else list(process_devices)
         drv = None
         if devices is None:
@@ -242,12 +277,13 @@ class Source:
         Raises:
             TypeError: both ``target`` and ``into``.
             CheckpointError: a missing, incomplete or corrupt checkpoint (naming the file and
-                tensor); a closed Source; a failure while filling ``into`` (listing partly written tensors).
+                tensor); a closed Source; one whose files changed since it was opened (naming the file);
+                a failure while filling ``into`` (listing partly written tensors).
             LayoutError: a target or ``into`` path the checkpoint lacks (naming it).
             LayoutMismatchError: a target or ``into`` tensor of another shape or dtype, before any read.
             UnsupportedLayoutError: the driver cannot express a target layout or hold a dtype.
         """
-        self._check_open()
+        self._check_current()
         if target is not None and into is not None:
             raise TypeError("checkpoint.load takes target= or into=, not both")
         if into is not None:
@@ -365,3 +401,25 @@ def _pack_loaded(drv: Any, tl: TensorLoad, blocks: list[np.ndarray[Any, Any]]) -
         raise UnsupportedLayoutError(
             f"checkpoint.load: tensor {tl.path!r}: {err}", driver=err.driver, feature=err.feature, value=err.value
         ) from None
+
+
+def _file_version(path: str) -> tuple[int, int, int, int, int] | None:
+    """What tells one version of a file from the next: device, inode, size, modification and change
+    times (ns); ``None`` for a file that is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _how_changed(then: tuple[int, ...] | None, now: tuple[int, ...] | None) -> str:
+    if now is None:
+        return "was removed"
+    if then is None:
+        return "appeared"
+    if then[:2] != now[:2]:
+        return "was replaced by another file"
+    if then[2] != now[2]:
+        return f"changed size ({then[2]} -> {now[2]} bytes)"
+    return "was rewritten"

@@ -245,3 +245,18 @@ def test_corrupt_dcp_raises_checkpoint_error_or_reads(
     except lc.CheckpointError:
         return
     assert lc.to_numpy(out["w"]).shape == (3, 4)
+
+
+def test_an_opened_dcp_checkpoint_whose_metadata_changed_is_refused(
+    tmp_path: Path, fake_torch: dict[str, type]
+) -> None:
+    """A Source records its ``.metadata``'s version at open; a rewrite of it (a new save) is refused by name."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _write_dcp(tmp_path / "ok", fake_torch, a, _tensor_record(a))
+    src = lc.checkpoint.open(tmp_path / "ok")
+    assert np.array_equal(lc.to_numpy(src.load(driver="numpy")["w"]), a)
+    meta = tmp_path / "ok" / ".metadata"
+    meta.write_bytes(meta.read_bytes() + b"\0")  # a rewrite: other bytes, other size
+    with pytest.raises(lc.CheckpointError, match=r"\.metadata.*since this Source was opened") as err:
+        src.load(driver="numpy")
+    assert err.value.file == str(meta.resolve())

@@ -84,3 +84,14 @@ def test_a_corrupt_chunk_raises_checkpoint_error_naming_the_array(orbax_dir: tup
         with pytest.raises(lc.CheckpointError, match="'w'") as err:
             load()
         assert str(root) in str(err.value)
+
+
+def test_an_opened_orbax_checkpoint_whose_metadata_changed_is_refused(orbax_dir: tuple[Path, np.ndarray]) -> None:
+    """A Source records ``_METADATA`` and ``_sharding`` at open; a new save over them is refused by name."""
+    root, value = orbax_dir
+    src = checkpoint.open(root)
+    assert sorted(Path(f).name for f in src.checkpoint.metadata_files) == ["_METADATA", "_sharding"]
+    np.testing.assert_array_equal(lc.to_numpy(src.load(driver="numpy")["w"]), value)
+    (root / "_sharding").unlink()
+    with pytest.raises(lc.CheckpointError, match=r"_sharding.* was removed since this Source was opened"):
+        src.load(driver="numpy")

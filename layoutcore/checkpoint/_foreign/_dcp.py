@@ -542,7 +542,15 @@ def open_dcp(path: Path) -> ForeignCheckpoint:
         raise checkpoint_error(f"{name}: inconsistent state dict keys ({err})", file=name) from None
     version = str(getattr(md, "version", "") or "")
     return ForeignCheckpoint(
-        "torch-dcp", str(path), tensors, values, tree, tuple(sorted(reader.files)), reader.read, version
+        "torch-dcp",
+        str(path),
+        tensors,
+        values,
+        tree,
+        tuple(sorted(reader.files)),
+        reader.read,
+        version,
+        metadata_files=(str(meta_file.resolve()),),
     )
 
 

@@ -114,7 +114,7 @@ class ForeignSource(Source):
 
     def __init__(self, ckpt: ForeignCheckpoint) -> None:
         specs = {p: saved_spec(t)[0] for p, t in ckpt.tensors.items()}
-        super().__init__(ckpt.path, specs, metadata_bytes=ckpt.metadata_bytes)
+        super().__init__(ckpt.path, specs, metadata_bytes=ckpt.metadata_bytes, metadata_files=ckpt.metadata_files)
         self.format = SOURCE_FORMATS[ckpt.format]
         self.checkpoint = ckpt
 

@@ -89,6 +89,8 @@ class ForeignCheckpoint:
         files: every file the checkpoint consists of (absolute).
         metadata_bytes: bytes read to open it (headers, indexes, pickles).
         version: the format's version where it records one.
+        metadata_files: the files its metadata was read from (absolute): a Source over it refuses
+            to read once one of them has changed (a rewrite would move the tensors it describes).
     """
 
     format: str
@@ -99,6 +101,7 @@ class ForeignCheckpoint:
     files: tuple[str, ...] = ()
     metadata_bytes: int = 0
     version: str = ""
+    metadata_files: tuple[str, ...] = ()
 
     def plan(self, tensor: ForeignTensor, boxes: Sequence[Box]) -> list[tuple[str, np.ndarray[Any, Any]]]:
         """Per file, the ``(offset, length)`` runs that reading ``boxes`` of ``tensor`` touches."""

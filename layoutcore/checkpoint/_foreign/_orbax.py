@@ -336,6 +336,7 @@ def open_orbax(path: Path) -> ForeignCheckpoint:
         files,
         read,
         version,
+        metadata_files=tuple(str(f.resolve()) for f in (meta_file, sharding_file) if f.is_file()),
         specs=specs,
         chunks=chunks,
         context=context,

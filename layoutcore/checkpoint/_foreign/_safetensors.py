@@ -222,6 +222,7 @@ def open_safetensors(path: Path) -> ForeignCheckpoint:
         tree={t.path: t.path for t in tensors},
         files=files,
         metadata_bytes=meta,
+        metadata_files=files,  # each shard's header says where its tensors lie
     )
 
 
