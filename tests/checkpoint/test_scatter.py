@@ -128,13 +128,18 @@ def test_into_loads_reuse_iovec_tables_and_read_the_new_bytes(
     _blocks_equal(other["w"], second, cols)
 
 
-def test_a_truncated_file_names_tensor_and_file(tmp_path: Path) -> None:
+def test_a_truncated_file_names_tensor_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     file = tmp_path / "m.safetensors"
     safetensors_numpy.save_file({"w": np.ones((64, 512), np.float32)}, str(file))
     data = file.read_bytes()
     with checkpoint.open(file) as source:  # the sizes were checked at open; the file shrinks after
         file.write_bytes(data[: len(data) - 4096])
+        with pytest.raises(CheckpointError, match="changed size") as changed:
+            source.load({"w": Layout((None, "x"), MESH)}, driver="numpy")  # refused before any read
+        assert changed.value.file == str(file.resolve())
+        # a file that shrinks while a load reads it (after the Source's check): the scatter read's own error
+        monkeypatch.setattr(source, "_check_current", source._check_open)
         with pytest.raises(CheckpointError, match="truncated") as info:
             source.load({"w": Layout((None, "x"), MESH)}, driver="numpy")
     assert info.value.tensor == "w" and info.value.file is not None
