@@ -70,7 +70,7 @@ class Source:
 
     A Source describes the checkpoint as it was opened. Its metadata says where each tensor's bytes
     lie, so once a file that metadata was read from changes (rewritten in place, replaced, removed:
-    its inode, size or modification times differ), :meth:`load` and :meth:`read_plan` raise
+    its inode, size or modification time differ), :meth:`load` and :meth:`read_plan` raise
     :class:`CheckpointError` naming the file instead of reading the new bytes by the old offsets;
     open the checkpoint again to read the new version.
     """
@@ -403,14 +403,15 @@ def _pack_loaded(drv: Any, tl: TensorLoad, blocks: list[np.ndarray[Any, Any]]) -
         ) from None
 
 
-def _file_version(path: str) -> tuple[int, int, int, int, int] | None:
-    """What tells one version of a file from the next: device, inode, size, modification and change
-    times (ns); ``None`` for a file that is gone."""
+def _file_version(path: str) -> tuple[int, int, int, int] | None:
+    """What tells one version of a file from the next: device, inode, size and modification time
+    (ns); ``None`` for a file that is gone. Not the change time, which a ``chmod`` or a new hard
+    link (a checkpoint manager's snapshot) moves without touching the bytes."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _how_changed(then: tuple[int, ...] | None, now: tuple[int, ...] | None) -> str:

@@ -33,12 +33,16 @@ def _bump_mtime(path: Path) -> None:
 
 
 def test_an_unchanged_source_loads_again_and_again(tmp_path: Path) -> None:
+    """Reads, a ``chmod`` and a new hard link (a snapshot) change no byte: no refusal."""
     path = tmp_path / "m.safetensors"
     stn.save_file(_first(4), str(path))
     with checkpoint.open(path) as src:
-        for _ in range(3):
+        for i in range(3):
             out = src.load({"b": ROWS}, driver="numpy")
             np.testing.assert_array_equal(lc.to_numpy(out["b"]), 7.0)
+            if i == 0:
+                os.chmod(path, 0o444)
+                os.link(path, tmp_path / "snapshot.safetensors")
 
 
 def test_a_replaced_safetensors_file_is_refused_not_read_by_the_old_offsets(tmp_path: Path) -> None:
