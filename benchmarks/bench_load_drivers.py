@@ -75,7 +75,8 @@ def _child(checkout: Path, *args: str) -> str:
     proc = subprocess.run([sys.executable, str(HERE), *args], env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-4000:])
-    return proc.stdout.strip().splitlines()[-1]
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if lines else ""  # --setup prints nothing
 
 
 def main() -> None:
