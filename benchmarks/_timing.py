@@ -1,5 +1,5 @@
 """Side-by-side timing shared by the framework-overhead benchmarks (bench_jax, bench_tensorflow),
-and the peak-RSS sampler of the checkpoint benchmarks."""
+the peak-RSS sampler of the checkpoint benchmarks, and where a ``--quick`` run writes (:func:`quick_path`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -99,3 +100,9 @@ def peak_rss_growth(fn: Callable[[], Any]) -> int:
         th.join()
     del out
     return peak[0] - base
+
+
+def quick_path(path: Path, quick: bool) -> Path:
+    """Where a run writes: ``path``, or for a ``--quick`` smoke run ``NAME.quick.json`` beside it, never over
+    the committed result (``tests/test_benchmark_results.py`` shows no ``*.quick.json``; git ignores them)."""
+    return path.with_name(f"{path.stem}.quick{path.suffix}") if quick else path

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _timing import quick_path  # benchmarks/ is sys.path[0] when a benchmark runs
+
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "4")
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -110,7 +112,7 @@ def main() -> int:
         f"ratio {ratio:.3f} (target <= {TARGET}){'' if ok else '  MISSED'}"
     )
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "bench_models.json"
+    out = quick_path(RESULTS / "bench_models.json", args.quick)
     row = {"layoutcore_ms": med["layoutcore"] * 1e3, "torch_ms": med["torch"] * 1e3, "ratio": ratio}
     row |= {"target": TARGET, "ok": ok, "repeats": repeats}
     meta = {"statistic": "median", "torch": torch.__version__, "transformers": transformers.__version__}

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _timing import quick_path  # benchmarks/ is sys.path[0] when a benchmark runs
+
 os.environ["LAYOUTCORE_CPU_DEVICES"] = "8"  # before the driver starts its simulation
 
 import layoutcore as lc
@@ -161,7 +163,9 @@ def main() -> int:
             f"{r['ratio']:7.3f} {r['target']:7.2f}{mark}"
         )
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("bench_torch.json" if args.clock == "cpu" else f"bench_torch.{args.clock}.json")
+    out = quick_path(
+        RESULTS / ("bench_torch.json" if args.clock == "cpu" else f"bench_torch.{args.clock}.json"), args.quick
+    )
     out.write_text(
         json.dumps(
             {

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _timing import quick_path  # benchmarks/ is sys.path[0] when a benchmark runs
+
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
 import layoutcore as lc
@@ -141,7 +143,8 @@ def main() -> int:
         mark = "" if r["ok"] else "  MISSED"
         print(f"{r['input']:20} {r['layoutcore_ms']:21.1f} {r['torch_ms']:22.1f} {r['ratio']:7.3f} {target:>7}{mark}")
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("bench_torch_module.json" if args.clock == "cpu" else f"bench_torch_module.{args.clock}.json")
+    name = "bench_torch_module.json" if args.clock == "cpu" else f"bench_torch_module.{args.clock}.json"
+    out = quick_path(RESULTS / name, args.quick)
     out.write_text(
         json.dumps(
             {

@@ -8,7 +8,8 @@
   lowered StableHLO text (function name and source locations removed) must be identical, and the
   compiled HLO too; the trace+lower time of both is reported side by side.
 
-Run: ``python benchmarks/bench_trees.py [--quick]``; writes ``benchmarks/results/bench_trees.json``.
+Run: ``python benchmarks/bench_trees.py [--quick]``; writes ``benchmarks/results/bench_trees.json``
+(``bench_trees.quick.json`` with ``--quick``: a smoke run, not a result).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("LAYOUTCORE_CPU_DEVICES", "8")
 
 import numpy as np
-from _timing import side_by_side  # benchmarks/ is sys.path[0] when a benchmark runs
+from _timing import quick_path, side_by_side  # benchmarks/ is sys.path[0] when a benchmark runs
 
 import layoutcore as lc
 
@@ -174,6 +175,7 @@ def main() -> None:
         f"({lower['ratio']:.2f}x)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    out = quick_path(RESULTS, args.quick)
     meta = {
         "jax": jax.__version__,
         "python": platform.python_version(),
@@ -181,8 +183,8 @@ def main() -> None:
         "quick": args.quick,
         "load_average_1min": os.getloadavg()[0],
     }
-    RESULTS.write_text(json.dumps({"statistic": "median", "meta": meta, **result}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    out.write_text(json.dumps({"statistic": "median", "meta": meta, **result}, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
