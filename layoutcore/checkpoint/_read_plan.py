@@ -39,6 +39,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import mul, sub
 from typing import Any, Literal
 
 import numpy as np
@@ -444,14 +445,15 @@ def _read_buffered(
         if not matches:
             raise crc_mismatch(name, file, tpath)
     strides = strides_of(piece.shape, item)
+    # per-axis arithmetic through map (in C): this runs per piece on the reader threads, whose
+    # Python time holds the GIL the other readers need (see _slabs._copy_plans)
     for b, a, z in pr.copies:
-        rel = [s - ps for s, ps in zip(a, piece.start, strict=True)]
-        first = piece.offset + sum(r * s for r, s in zip(rel, strides, strict=True)) - span_lo
-        sizes = tuple(e - s for s, e in zip(a, z, strict=True))
-        src = np.ndarray(sizes, dtype=dtype, buffer=buf, offset=first, strides=strides)
+        first = piece.offset - span_lo + sum(map(mul, map(sub, a, piece.start), strides))
+        src = np.ndarray(tuple(map(sub, z, a)), dtype=dtype, buffer=buf, offset=first, strides=strides)
         box_off = reads.boxes[b][0]
-        cut: tuple[Any, ...] = tuple(slice(s - o, e - o) for s, e, o in zip(a, z, box_off, strict=True))
-        dst = out[b][(*cut, Ellipsis)]  # the Ellipsis keeps a 0-d destination an array, not a scalar
+        # the Ellipsis keeps a 0-d destination an array, not a scalar
+        cut: tuple[Any, ...] = (*map(slice, map(sub, a, box_off), map(sub, z, box_off)), Ellipsis)
+        dst = out[b][cut]
         np.copyto(dst, src, casting="no")
 
 
