@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from _gloo_exit import exit_after_gloo
 from layoutcore_torch import LayoutcoreStorageReader
 from oracle import dcp_arrays
 from torch.distributed.tensor import DeviceMesh, Replicate, Shard, distribute_tensor
@@ -63,3 +64,4 @@ total = sum(a.nbytes for a in g.values())
 print("LOADED", rank, reader.bytes_read, total, flush=True)
 dist.barrier()
 dist.destroy_process_group()
+exit_after_gloo()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from _gloo_exit import exit_after_gloo
 from oracle import dcp_arrays
 from torch.distributed.tensor import DeviceMesh, Replicate, Shard, distribute_tensor
 
@@ -53,3 +54,4 @@ else:
 dist.barrier()
 dist.destroy_process_group()
 print("SAVED", rank)
+exit_after_gloo()
