@@ -14,9 +14,10 @@ a checkpoint load's new blocks (``layoutcore.checkpoint``), a transfer's receive
   begins (``np.empty`` of 8 MiB, as ``np.fromfile`` allocates it, took 512 4-KiB faults a block at
   its unaligned edges: 65 000 faults and 0.24 CPU s per GiB read into new arrays against 370 faults
   and 0.16 s aligned, 1 thread; how many an unaligned array takes depends on the huge pages the
-  kernel has free: 1 100 to 65 900 per GiB from run to run). The bytes past the last whole huge page keep 4 KiB pages
-  (``MADV_NOHUGEPAGE`` beyond the array), so no huge page reaches past the array's end: the
-  resident memory stays the array's own. The alignment slack is address space, never touched.
+  kernel has free: 1 100 to 65 900 per GiB from run to run). The bytes past the last whole huge
+  page keep 4 KiB pages (``MADV_NOHUGEPAGE`` beyond the array), so no huge page reaches past the
+  array's end: the resident memory stays the array's own. The alignment slack is address space,
+  never touched.
 """
 
 from __future__ import annotations
