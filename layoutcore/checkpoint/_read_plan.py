@@ -319,6 +319,7 @@ def read_boxes(
     direct: Sequence[tuple[int, int, int] | None] | None = None,
     pieces: range | None = None,
     bounce: bool = False,
+    reuse: int | None = None,
 ) -> None:
     """Fill ``out[i]`` (C-contiguous, of ``reads.boxes[i]``'s sizes) from the files under ``root``.
 
@@ -339,7 +340,9 @@ def read_boxes(
     at least :data:`MISALIGNED_MIN_BYTES`) through the phased read buffer and a copy out instead
     of straight in: on 4 KiB pages (NumPy's own arrays, 16 bytes past a page) the kernel's
     misaligned copy ran 1.45x slower than that; on the loader's own huge-page blocks it ran 1.35x
-    faster, so the loader's blocks are read straight in.
+    faster, so the loader's blocks are read straight in. ``reuse`` (with ``bounce``): the load's
+    :func:`~._scatter.begin_reuse` number, to keep and reuse the iovec tables of scatter reads into
+    memory the caller keeps.
 
     Raises:
         CheckpointError: a missing or short file, a checksum mismatch, or needed data that no
@@ -389,7 +392,7 @@ def read_boxes(
                 # else through a buffer at the file's phase and a copy out: faster than the kernel's
                 # misaligned copy straight in (COPY_ALIGN)
             elif not (verify and piece.crc32c_at is not None) and scatter_read(
-                fd, pr, piece, reads, out, item, where, bases, reuse=bounce
+                fd, pr, piece, reads, out, item, where, bases, reuse=reuse if bounce else None
             ):
                 continue  # each part straight into its block (checksums, if any, unchecked: verify=False)
             if slabbed(pr, piece, item):

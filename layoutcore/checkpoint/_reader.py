@@ -22,6 +22,7 @@ from ..driver._host_memory import ALIGN, aligned_empty
 from . import _threads
 from ._planner import Stored, TensorLoad
 from ._read_plan import TensorReads, read_boxes
+from ._scatter import begin_reuse
 from ._threads import ThreadWork
 
 __all__ = ["INLINE_BYTES", "TASK_BYTES", "Readers"]
@@ -64,6 +65,7 @@ class Readers(ThreadWork):
     def __init__(self, source: Stored, verify: bool, threads: int) -> None:
         super().__init__(threads, "layoutcore-load")
         self.source, self.verify = source, verify
+        self._reuse: int | None = None  # the load's number (_scatter.begin_reuse) when it reads into kept memory
 
     def _fill(self, tl: TensorLoad, outs: list[np.ndarray[Any, Any]], pieces: range | None, bounce: bool) -> None:
         reads = tl.geometry.reads
@@ -84,6 +86,7 @@ class Readers(ThreadWork):
             direct=tl.geometry.direct,
             pieces=pieces,
             bounce=bounce,
+            reuse=self._reuse,
         )
 
     def _start(self, tl: TensorLoad, given: Any = None) -> tuple[TensorLoad, list[np.ndarray[Any, Any]], list[Any]]:
@@ -118,6 +121,8 @@ class Readers(ThreadWork):
             CheckpointError: as :func:`read_boxes` (or the source's decode); the first error in plan
                 order, after which no further tensor is handed back.
         """
+        if dest is not None:
+            self._reuse = begin_reuse()
         ahead: deque[tuple[TensorLoad, list[np.ndarray[Any, Any]], list[Any], int]] = deque()
         nxt, beyond = 0, 0  # beyond: host bytes of ahead[1:], the tensors read ahead of the caller
         while ahead or nxt < len(plans):

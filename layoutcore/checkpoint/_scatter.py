@@ -12,7 +12,7 @@ cost more than the copy it saves, so a checked piece keeps the slab path of :mod
 The piece must be read whole and tile exactly into the destination parts (its first two axes
 split among the blocks, its trailing axes whole), each part at least :data:`MIN_PART` bytes
 on average; otherwise the caller's slab path runs. For memory the caller keeps (``into=``), the
-tables of iovecs are kept too (:data:`_TABLES`), so a load repeated into the same tensors builds none.
+tables of iovecs are kept too (:class:`TableCache`), so a load repeated into the same tensors builds none.
 """
 
 from __future__ import annotations
@@ -21,27 +21,95 @@ import ctypes
 import itertools
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._errors import CheckpointError
-from ..driver._cache import LRUCache
 
-__all__ = ["MIN_PART", "scatter_read"]
+__all__ = ["MIN_PART", "TABLE_ROWS_KEPT", "TableCache", "begin_reuse", "scatter_read"]
 
 #: Parts smaller than this on average are copied out of a slab instead (an iovec costs more).
 MIN_PART = 512
 IOV_MAX = 1024
-#: Iovec tables of at most this many rows (16 bytes each) are kept for ``into=`` loads.
+#: A table of more rows (16 bytes each) is not kept.
 TABLE_ROWS = 8192
-#: The kept tables, by value (the piece's geometry, its destination boxes and their addresses: the
-#: table is a function of these alone, so a hit is correct whatever memory it points to). A loop
-#: that loads into the same tensors every step builds each table once: building it (one iovec per
-#: 2 KiB row part) took 12% of the reader threads' time in a 1 GiB rows -> columns ``into=`` load
-#: (py-spy, 2 threads). At most 128 x 128 KiB.
-_TABLES: LRUCache[tuple[Any, ...], _Table] = LRUCache(128)
+#: Rows of the kept tables, at most (16 bytes each: 32 MiB, the tables of 4 GiB of blocks read in
+#: 2 KiB parts; parts of 512 bytes, the smallest scattered, make it 1 GiB).
+TABLE_ROWS_KEPT = 2 << 20
+
+
+class TableCache:
+    """The iovec tables kept for ``into=`` loads, by value (the piece's geometry, its destination
+    boxes and their addresses: the table is a function of these alone, so a hit is correct
+    whatever memory it points to), at most ``rows`` rows in all.
+
+    A loop that loads into the same tensors every step builds each table once: building them (one
+    iovec per 2 KiB row part) took 12% of the reader threads' time in a 1 GiB rows -> columns
+    ``into=`` load (py-spy, 2 threads), and a load building them ran 0.70 of a ``preadv`` of the
+    same bytes where one reusing them ran 0.89 (minima of 25 interleaved rounds).
+
+    What is kept is decided per load (:func:`begin_reuse` numbers them), not by recency: a load
+    reads its pieces in the same order every step, so a least-recently-used cache smaller than a
+    step's tables drops each table just before its next use and reuses none (the 128-entry LRU
+    this replaced did so for every model of more than 128 scattered pieces, and for two ``into=``
+    targets loaded in turn). Here a table is admitted while there is room; when there is none, the
+    tables not used in this load or the one before are dropped (their memory was freed, or is no
+    longer loaded into), and a table that still does not fit is not kept. A loop over more tables
+    than fit keeps and reuses those of its first :data:`TABLE_ROWS_KEPT` rows every step.
+    Thread-safe: the reader threads of a load share it.
+    """
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.kept_rows = 0
+        self._data: dict[tuple[Any, ...], _Table] = {}
+        self._lock = threading.Lock()
+        self._swept = -1  # the load that last found the cache full and dropped what it could
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: tuple[Any, ...], load: int) -> _Table | None:
+        """The table kept for ``key``, marked used by ``load``; else None."""
+        table = self._data.get(key)  # a C call; a dict read is atomic under the GIL
+        if table is not None:
+            table.used = load
+        return table
+
+    def put(self, key: tuple[Any, ...], table: _Table, load: int) -> None:
+        """Keep ``table`` for ``key`` (used by ``load``) if it fits, after dropping stale tables once per load."""
+        need = len(table.iov)
+        with self._lock:
+            if key in self._data or need > self.rows:
+                return
+            if self.kept_rows + need > self.rows and self._swept != load:
+                self._swept = load  # at most one sweep per load: a full cache of live tables stays as it is
+                for k in [k for k, t in self._data.items() if t.used < load - 1]:
+                    self.kept_rows -= len(self._data.pop(k).iov)
+            if self.kept_rows + need <= self.rows:
+                table.used = load
+                self._data[key] = table
+                self.kept_rows += need
+
+    def clear(self) -> None:
+        """Drop every table."""
+        with self._lock:
+            self._data.clear()
+            self.kept_rows = 0
+
+
+_TABLES = TableCache(TABLE_ROWS_KEPT)
+_loads = itertools.count(1)
+
+
+def begin_reuse() -> int:
+    """A number for a load into memory its caller keeps (``into=``), in order: pass it to
+    :func:`scatter_read` as ``reuse`` for every piece of that load."""
+    return next(_loads)
+
 
 _libc: Any
 try:
@@ -131,14 +199,15 @@ def scatter_read(
     item: int,
     where: tuple[str, str, str],
     bases: list[int] | None = None,
-    reuse: bool = False,
+    reuse: int | None = None,
 ) -> bool:
     """Read piece ``pr`` (whole, plus its stored checksum bytes, unchecked) straight into ``out``.
 
     ``bases``: a list the caller keeps across the pieces of one ``out`` (the blocks' addresses,
-    filled on first use); default: taken afresh. ``reuse``: ``out`` is memory the caller keeps
-    (``into=``), so the next load is likely to read the same parts into the same addresses: the
-    piece's iovec table is kept (:data:`_TABLES`, by value: geometry and addresses) and reused.
+    filled on first use); default: taken afresh. ``reuse``: the load's :func:`begin_reuse` number
+    when ``out`` is memory the caller keeps (``into=``), so the next load is likely to read the same
+    parts into the same addresses: the piece's iovec table is kept (:class:`TableCache`, by value:
+    geometry and addresses) and reused.
 
     Returns:
         False where the piece does not qualify (nothing was read: the caller reads it otherwise).
@@ -153,11 +222,11 @@ def scatter_read(
         bases.extend(o.ctypes.data for o in out)
     extra = int(pr.runs[0, 1]) - math.prod(piece.shape) * item  # the stored checksum, read as planned
     key = None
-    if reuse:
+    if reuse is not None:
         used = sorted({b for b, _, _ in pr.copies})
         key = (piece.shape, piece.start, reads.tensor.shape, pr.copies, item, extra)
         key += tuple((reads.boxes[b], bases[b]) for b in used)
-        table = _TABLES.peek(key)
+        table = _TABLES.get(key, reuse)
         if table is not None and all(out[b].flags.c_contiguous for b in used):
             _read_table(fd, table, piece.offset, where)
             return True
@@ -165,19 +234,21 @@ def scatter_read(
     if iov is None:
         return False
     table = _Table(iov, extra)
-    if key is not None and len(iov) <= TABLE_ROWS:
-        _TABLES.put(key, table)
+    if key is not None and reuse is not None and len(iov) <= TABLE_ROWS:
+        _TABLES.put(key, table, reuse)
     _read_table(fd, table, piece.offset, where)
     return True
 
 
 class _Table:
     """A piece's iovec table ready to read with: chunks of at most ``IOV_MAX`` rows (views of the
-    C-order table: contiguous), the bytes each reads, and the buffer the stored checksum lands in."""
+    C-order table: contiguous), the bytes each reads, the buffer the stored checksum lands in, and
+    the last load that used it (:class:`TableCache`)."""
 
-    __slots__ = ("chunks", "tail", "wants")
+    __slots__ = ("chunks", "iov", "tail", "used", "wants")
 
     def __init__(self, iov: np.ndarray, extra: int) -> None:
+        self.iov, self.used = iov, 0
         self.tail = np.empty(extra, dtype=np.uint8)  # read, never checked: the caller passed verify=False
         if extra:
             iov[-1, 0] = self.tail.ctypes.data

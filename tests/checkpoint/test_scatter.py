@@ -128,6 +128,65 @@ def test_into_loads_reuse_iovec_tables_and_read_the_new_bytes(
     _blocks_equal(other["w"], second, cols)
 
 
+def _table(rows: int) -> Any:
+    return _scatter._Table(np.zeros((rows, 2), np.uint64), 0)
+
+
+def test_table_cache_keeps_what_fits_and_drops_only_tables_two_loads_unused() -> None:
+    # the stated policy, step by step: admitted while there is room; when full, tables not used in
+    # this load or the one before are dropped (once per load); a table that still does not fit is not kept
+    cache = _scatter.TableCache(rows=20)
+    a, b, c = _table(8), _table(8), _table(8)
+    cache.put(("a",), a, load=1)
+    cache.put(("b",), b, load=1)
+    cache.put(("c",), c, load=1)  # no room, nothing stale: not kept
+    assert cache.get(("c",), 1) is None and cache.kept_rows == 16
+    assert cache.get(("a",), 2) is a and cache.get(("b",), 2) is b  # the next step reuses both
+    cache.put(("c",), c, load=2)
+    assert len(cache) == 2  # a and b were used in this load: kept
+    assert cache.get(("a",), 3) is a  # b: last used in load 2
+    cache.put(("c",), c, load=4)  # b (2 < 4 - 1) is dropped, a (3) stays
+    assert cache.get(("b",), 4) is None and cache.get(("c",), 4) is c and cache.get(("a",), 4) is a
+    assert cache.kept_rows == 16
+    cache.put(("big",), _table(21), load=5)  # larger than the whole budget: never kept, nothing dropped
+    assert len(cache) == 2 and cache.kept_rows == 16
+    cache.clear()
+    assert len(cache) == 0 and cache.kept_rows == 0
+
+
+def test_into_loop_over_more_tables_than_fit_reuses_the_kept_ones(
+    tmp_path: Path, spy: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 stored pieces (2 tensors x 4 row blocks) of 16 rows x 4 parts = 64 rows (+1 for the checksum)
+    # each; room for 3 tables. The 128-entry LRU this replaced reused nothing once a step's tables
+    # exceeded it: each was dropped just before its next use.
+    rows, cols = Layout(("x", None), MESH), Layout((None, "x"), MESH)
+    rng = np.random.default_rng(5)
+    values = {k: rng.standard_normal((64, 1024)).astype(np.float32) for k in ("a", "b")}
+    checkpoint.save(tmp_path / "ck", {k: lc.distribute_tensor(v, rows, driver="numpy") for k, v in values.items()})
+    monkeypatch.setattr(_scatter, "_TABLES", _scatter.TableCache(rows=3 * 65))
+    builds: list[int] = []
+    real = _scatter._tiles
+    monkeypatch.setattr(_scatter, "_tiles", lambda *args: builds.append(1) or real(*args))
+
+    def into() -> dict[str, Any]:
+        return {k: lc.pack([np.zeros(s, np.float32) for s in cols.local_shapes((64, 1024))], cols) for k in values}
+
+    first, second = into(), into()
+    for step in range(3):
+        for target in (first, second):  # two targets loaded in turn, as a benchmark or a server pool does
+            builds.clear()
+            spy.clear()
+            checkpoint.load(tmp_path / "ck", into=target, verify=False)
+            assert len(spy) == 8 and all(spy)
+            for k, v in values.items():
+                _blocks_equal(target[k], v, cols)
+            # the first load keeps 3 tables; from then on those 3 are reused every load and never evicted by
+            # the other target's (live: used in the load before); every other piece builds its table
+            assert len(builds) == (8 if step == 0 and target is first else 8 if target is second else 5)
+    assert len(_scatter._TABLES) == 3 and _scatter._TABLES.kept_rows == 3 * 65
+
+
 def test_a_truncated_file_names_tensor_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     file = tmp_path / "m.safetensors"
