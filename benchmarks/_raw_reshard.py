@@ -14,11 +14,17 @@ alone (no layoutcore code), on the same threads, into the same kind of prealloca
   must do), the checksum compared at the end.
 
 Both are checked against the arrays before they are timed (:func:`check`).
+
+For a load of new tensors whose framework needs each device's block dense in its own memory
+(JAX, torch) the bound is :func:`fresh_scatter`: each safetensors tensor read into new column
+blocks (one 64-byte aligned allocation per tensor, as a loader hands a framework), one ``iovec``
+per row part, the tables built on every call (the addresses are new) with a few NumPy calls.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -113,6 +119,57 @@ def slab_gather(work: list[Job], threads: int, crc32c: Callable[..., int]) -> Ca
         assert state == int.from_bytes(bytes(job.tail), "little"), "checksum mismatch"
 
     return lambda: _pool(threads, one, work)
+
+
+def safetensors_tensors(file: Path) -> list[tuple[str, int, tuple[int, ...], str]]:
+    """``(name, data offset in the file, shape, dtype)`` of every tensor of a safetensors file, from its header."""
+    with open(file, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    types = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+    return [(k, 8 + n + v["data_offsets"][0], tuple(v["shape"]), types[v["dtype"]]) for k, v in header.items()]
+
+
+def fresh_scatter(file: Path, fd: int, parts: int, threads: int) -> Callable[[], dict[str, list[np.ndarray]]]:
+    """Every 2-D float32 tensor of the safetensors ``file`` (open as ``fd``) read into ``parts`` new
+    column blocks (views of one 64-byte aligned allocation per tensor, each block C-contiguous), one
+    ``iovec`` per row part, on ``threads`` threads; returns the blocks by tensor name."""
+    tensors = safetensors_tensors(file)
+
+    def one(job: tuple[str, int, tuple[int, ...], str]) -> tuple[str, list[np.ndarray]]:
+        name, offset, (rows, cols), dtype = job
+        assert dtype == "float32" and cols % parts == 0
+        width = cols // parts
+        block = rows * width * 4
+        raw = np.empty(block * parts + 64, np.uint8)
+        base = raw.ctypes.data + (-raw.ctypes.data % 64)
+        skip = base - raw.ctypes.data
+        blocks = [
+            raw[skip + b * block : skip + (b + 1) * block].view(np.float32).reshape(rows, width) for b in range(parts)
+        ]
+        iov = np.empty((rows, parts, 2), np.uint64)
+        np.add.outer(
+            np.arange(rows, dtype=np.uint64) * np.uint64(width * 4),
+            np.arange(parts, dtype=np.uint64) * np.uint64(block) + np.uint64(base),
+            out=iov[:, :, 0],
+        )
+        iov[:, :, 1] = width * 4
+        flat = iov.reshape(-1, 2)
+        at = offset
+        for i in range(0, len(flat), IOV_MAX):
+            chunk = flat[i : i + IOV_MAX]
+            want = int(chunk[:, 1].sum())
+            got = _preadv(fd, chunk.ctypes.data, len(chunk), at)
+            assert got == want, (got, want, ctypes.get_errno())  # the file is whole: no short reads
+            at += want
+        return name, blocks
+
+    def run() -> dict[str, list[np.ndarray]]:
+        with ThreadPoolExecutor(threads) as pool:
+            return dict(pool.map(one, tensors))
+
+    return run
 
 
 def check(into: dict[str, Sequence[np.ndarray]], arrays: dict[str, np.ndarray]) -> None:
