@@ -34,7 +34,7 @@ __all__ = ["MIN_PART", "TABLE_ROWS_KEPT", "TableCache", "begin_reuse", "scatter_
 #: Parts smaller than this on average are copied out of a slab instead (an iovec costs more).
 MIN_PART = 512
 IOV_MAX = 1024
-#: A table of more rows (16 bytes each) is not kept.
+#: A table of more rows (16 bytes each) is not kept (:meth:`TableCache.put`).
 TABLE_ROWS = 8192
 #: Rows of the kept tables, at most (16 bytes each: 32 MiB, the tables of 4 GiB of blocks read in
 #: 2 KiB parts; parts of 512 bytes, the smallest scattered, make it 1 GiB).
@@ -80,10 +80,13 @@ class TableCache:
         return table
 
     def put(self, key: tuple[Any, ...], table: _Table, load: int) -> None:
-        """Keep ``table`` for ``key`` (used by ``load``) if it fits, after dropping stale tables once per load."""
+        """Keep ``table`` for ``key`` (used by ``load``) if it fits, after dropping stale tables once per
+        load; a table of more than :data:`TABLE_ROWS` rows, or more than the whole budget, is never kept."""
         need = len(table.iov)
+        if need > min(TABLE_ROWS, self.rows):
+            return
         with self._lock:
-            if key in self._data or need > self.rows:
+            if key in self._data:
                 return
             if self.kept_rows + need > self.rows and self._swept != load:
                 self._swept = load  # at most one sweep per load: a full cache of live tables stays as it is
@@ -234,7 +237,7 @@ def scatter_read(
     if iov is None:
         return False
     table = _Table(iov, extra)
-    if key is not None and reuse is not None and len(iov) <= TABLE_ROWS:
+    if key is not None and reuse is not None:  # key is set exactly when reuse is; both for mypy
         _TABLES.put(key, table, reuse)
     _read_table(fd, table, piece.offset, where)
     return True

@@ -150,6 +150,10 @@ def test_table_cache_keeps_what_fits_and_drops_only_tables_two_loads_unused() ->
     assert cache.kept_rows == 16
     cache.put(("big",), _table(21), load=5)  # larger than the whole budget: never kept, nothing dropped
     assert len(cache) == 2 and cache.kept_rows == 16
+    roomy = _scatter.TableCache(rows=4 * _scatter.TABLE_ROWS)
+    roomy.put(("huge",), _table(_scatter.TABLE_ROWS + 1), load=1)  # over the per-table cap: never kept
+    roomy.put(("cap",), _table(_scatter.TABLE_ROWS), load=1)
+    assert roomy.get(("huge",), 1) is None and roomy.get(("cap",), 1) is not None
     cache.clear()
     assert len(cache) == 0 and cache.kept_rows == 0
 
